@@ -1,0 +1,1 @@
+"""A local Hub server for kernel repositories."""

@@ -1,0 +1,67 @@
+"""Shared test set-up.
+
+The Hub endpoint is fixed here, at import, because huggingface_hub (and so
+kernels) reads HF_ENDPOINT once, when it is first imported. The local Hub
+server itself starts only when a test asks for the ``hub`` fixture.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from pathlib import Path
+
+import pytest
+
+
+def _free_loopback_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+HUB_PORT = _free_loopback_port()
+HUB_TOKEN = "hf_local_test_token"
+TRUSTED_ORG = "org"
+_HF_HOME = tempfile.mkdtemp(prefix="fused-geglu-hf-home-")
+
+os.environ["HF_ENDPOINT"] = f"http://127.0.0.1:{HUB_PORT}"
+os.environ["HF_HOME"] = _HF_HOME
+os.environ["HF_TOKEN"] = HUB_TOKEN
+# With huggingface_hub 2.4 and kernels 0.17.2 this variable breaks every
+# kernels request (a malformed User-Agent); make sure it is not inherited.
+os.environ.pop("HF_HUB_DISABLE_TELEMETRY", None)
+os.environ.pop("HF_HUB_OFFLINE", None)
+
+
+@pytest.fixture(scope="session")
+def build_dir(tmp_path_factory) -> Path:
+    """The kernel built from this checkout, as ``python -m geglu_triton build`` does."""
+    from geglu_triton.build import build_variants
+
+    out = tmp_path_factory.mktemp("build")
+    build_variants(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def kernel(build_dir):
+    """The kernel module, loaded from the build output through ``kernels``, as users load it."""
+    from kernels import get_local_kernel
+
+    return get_local_kernel(build_dir)
+
+
+@pytest.fixture(scope="session")
+def hub(tmp_path_factory):
+    """A local Hub server on HUB_PORT (the HF_ENDPOINT above), trusting TRUSTED_ORG."""
+    from geglu_triton.hub.background import LocalHub
+
+    with LocalHub(
+        tmp_path_factory.mktemp("hub-data"),
+        port=HUB_PORT,
+        trusted_orgs=(TRUSTED_ORG,),
+        token=HUB_TOKEN,
+    ) as running:
+        yield running
