@@ -1,0 +1,86 @@
+"""Input validation: the one place that says which inputs the kernels accept.
+
+Every public function checks its arguments here before anything is launched,
+so a bad input fails with a message that names the problem instead of a
+Triton error or, worse, a silently wrong result.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: Storage dtypes the kernels load and store (math is always fp32).
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+#: The GELU forms, named as in torch.nn.functional.gelu.
+APPROXIMATIONS = ("none", "tanh")
+
+
+def check_approximate(approximate: str) -> None:
+    if approximate not in APPROXIMATIONS:
+        raise ValueError(f"approximate must be one of {APPROXIMATIONS} (as in torch.nn.functional.gelu), got {approximate!r}")
+
+
+def _check_tensor(name: str, tensor) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.dtype not in SUPPORTED_DTYPES:
+        supported = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+        raise TypeError(f"{name} has dtype {tensor.dtype}; GeGLU supports floating dtypes {supported}")
+
+
+def check_gate_up(gate: torch.Tensor, up: torch.Tensor, approximate: str) -> None:
+    """gate and up: same shape, dtype and device, of a supported dtype."""
+    _check_tensor("gate", gate)
+    _check_tensor("up", up)
+    check_approximate(approximate)
+    if gate.shape != up.shape:
+        raise ValueError(f"gate and up must have the same shape, got {tuple(gate.shape)} and {tuple(up.shape)}")
+    if gate.dtype != up.dtype:
+        raise TypeError(f"gate and up must have the same dtype, got {gate.dtype} and {up.dtype}")
+    if gate.device != up.device:
+        raise ValueError(f"gate and up must be on the same device, got {gate.device} and {up.device}")
+
+
+def check_concat(x: torch.Tensor, approximate: str) -> None:
+    """x = [gate | up] along the last dimension, which must therefore be even."""
+    _check_tensor("x", x)
+    check_approximate(approximate)
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dimension: its last dimension holds [gate | up]")
+    if x.shape[-1] % 2 != 0:
+        raise ValueError(
+            f"the last dimension of x holds [gate | up] and must be even, got x of shape {tuple(x.shape)}"
+        )
+
+
+def concat_output_shape(x: torch.Tensor) -> torch.Size:
+    return x.shape[:-1] + (x.shape[-1] // 2,)
+
+
+def check_out(out: torch.Tensor, expected_shape: torch.Size, like: torch.Tensor) -> None:
+    """An ``out`` argument must match the result exactly: shape, dtype and device."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    if out.shape != expected_shape:
+        raise ValueError(f"out must have shape {tuple(expected_shape)}, got {tuple(out.shape)}")
+    if out.dtype != like.dtype:
+        raise TypeError(f"out must have the input's dtype {like.dtype}, got {out.dtype}")
+    if out.device != like.device:
+        raise ValueError(f"out must be on the input's device {like.device}, got {out.device}")
+
+
+def _byte_span(tensor: torch.Tensor) -> tuple[int, int]:
+    """[first, last + 1) byte addresses the tensor's elements occupy."""
+    last_offset = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    return tensor.data_ptr(), tensor.data_ptr() + (last_offset + 1) * tensor.element_size()
+
+
+def check_no_overlap(out: torch.Tensor, x: torch.Tensor) -> None:
+    """``out`` must not share memory with the input it is computed from (that would be a race)."""
+    if out.numel() == 0 or x.numel() == 0:
+        return
+    out_start, out_end = _byte_span(out)
+    x_start, x_end = _byte_span(x)
+    if out_start < x_end and x_start < out_end:
+        raise ValueError("out overlaps x: the kernel would overwrite inputs it has not read yet")

@@ -1,0 +1,98 @@
+"""Layers that ``kernels.kernelize`` swaps into a model.
+
+``kernelize`` replaces a module's ``forward`` with the ``forward`` of these
+classes, so they hold no state: no ``__init__``, no helper methods, no class
+attributes besides ``has_backward`` and ``can_torch_compile``, and a
+``forward`` with the same parameters as the one it replaces. Everything they
+need they read from the module they run on (``self``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn as nn
+
+from .functional import geglu, geglu_concat
+
+# The GELU each activation computes: "tanh" or "none" (exact erf). The tanh
+# forms of transformers (GELUTanh, NewGELU, FastGELU) are the same function,
+# written with different roundings.
+_GELU_OF_ACTIVATION_CLASS = {
+    "GELUTanh": "tanh",
+    "PytorchGELUTanh": "tanh",
+    "NewGELUActivation": "tanh",
+    "FastGELUActivation": "tanh",
+    "GELUActivation": "none",
+}
+_GELU_OF_ACTIVATION_NAME = {
+    "gelu_pytorch_tanh": "tanh",
+    "gelu_python_tanh": "tanh",
+    "gelu_new": "tanh",
+    "gelu_fast": "tanh",
+    "gelu": "none",
+    "gelu_python": "none",
+}
+
+
+def gelu_approximation(module: nn.Module) -> Optional[str]:
+    """The GELU form of a GeGLU MLP's activation ("tanh" or "none"), or None if it is not a GELU.
+
+    The module's own ``act_fn`` decides (it is what the original forward
+    computes). Modules without one (Liger's naming) are read from their
+    config's ``hidden_activation`` or ``hidden_act``.
+    """
+    act_fn = getattr(module, "act_fn", None)
+    if act_fn is not None:
+        if isinstance(act_fn, nn.GELU):
+            return act_fn.approximate
+        if type(act_fn).__module__.startswith("transformers."):
+            return _GELU_OF_ACTIVATION_CLASS.get(type(act_fn).__name__)
+        return None
+    config = getattr(module, "config", None)
+    name = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
+    if name is None or name not in _GELU_OF_ACTIVATION_NAME:
+        raise ValueError(
+            f"{type(module).__name__} has no act_fn and its config names activation {name!r}; "
+            f"GeGLUMLP can run only {sorted(_GELU_OF_ACTIVATION_NAME)} without an act_fn"
+        )
+    return _GELU_OF_ACTIVATION_NAME[name]
+
+
+class GeGLUMLP(nn.Module):
+    """``down_proj(gelu(gate_proj(x)) * up_proj(x))`` with the GELU and product fused.
+
+    Replaces the forward of Gemma, Gemma2 and Gemma3 MLPs (and modules with
+    Liger's ``LigerGEGLUMLP`` naming). The GELU form follows the module's
+    activation; any other activation runs the original, unfused function.
+    """
+
+    has_backward = True
+    can_torch_compile = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        approximate = gelu_approximation(self)
+        if approximate is None:
+            return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(geglu(self.gate_proj(x), self.up_proj(x), approximate=approximate))
+
+
+class GeluAndMul(nn.Module):
+    """``kernels-community/activation``'s layer: exact GELU of the first half times the second, with backward."""
+
+    has_backward = True
+    can_torch_compile = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return geglu_concat(x, approximate="none")
+
+
+class GeluTanhAndMul(nn.Module):
+    """``kernels-community/activation``'s layer: tanh GELU of the first half times the second, with backward."""
+
+    has_backward = True
+    can_torch_compile = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return geglu_concat(x, approximate="tanh")

@@ -1,0 +1,196 @@
+"""The kernel's torch ops, registered in the kernel's own namespace.
+
+Each op is a ``torch.library.custom_op`` named through ``add_op_namespace_prefix``
+(so two builds of this kernel never collide), with a fake implementation for
+``torch.compile`` / meta tensors and, for the differentiable ones, an autograd
+formula that calls the backward op. The implementations pick their engine per
+device:
+
+- CUDA, ROCm and XPU tensors: the Triton kernels;
+- CPU tensors under ``TRITON_INTERPRET=1``: the same Triton kernels, interpreted;
+- other CPU tensors (or no triton installed): the PyTorch fallback.
+
+Ops (inputs are validated by the public functions in ``functional.py``):
+  geglu(gate, up, approximate) -> out
+  geglu_backward(grad_out, gate, up, approximate) -> (grad_gate, grad_up)
+  geglu_concat(x, approximate) -> out                  x = [gate | up]
+  geglu_concat_backward(grad_out, x, approximate) -> grad_x
+  geglu_concat_out(out, x, approximate) -> None        writes into out
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+
+from . import torch_fallback
+from ._ops import add_op_namespace_prefix
+from .checks import concat_output_shape
+
+try:
+    from . import triton_kernels
+except ImportError:  # triton is optional: the torch-cpu variant must import without it
+    triton_kernels = None
+
+_TRITON_INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _runs_on_triton(tensor: torch.Tensor) -> bool:
+    if triton_kernels is None:
+        return False
+    if tensor.device.type == "cpu":
+        return _TRITON_INTERPRETER
+    return True
+
+
+def _row_view(tensor: torch.Tensor) -> Optional[torch.Tensor]:
+    """A [rows, cols] view of ``tensor`` with unit column stride, or None where none exists."""
+    if tensor.dim() == 0:
+        tensor = tensor.reshape(1)
+    if tensor.stride(-1) != 1 and tensor.shape[-1] != 1:
+        return None
+    try:
+        return tensor.view(-1, tensor.shape[-1])
+    except RuntimeError:  # leading dimensions that no single row stride describes
+        return None
+
+
+def _rows(tensor: torch.Tensor) -> torch.Tensor:
+    """The [rows, cols] view, through a contiguous copy only where no view exists (reads only)."""
+    view = _row_view(tensor)
+    return view if view is not None else _row_view(tensor.contiguous())
+
+
+def _matrices(*tensors: torch.Tensor) -> list[torch.Tensor]:
+    """The [rows, cols] views the kernels run on.
+
+    All contiguous: one row of numel elements, so that tiles ignore row ends
+    and every access can be vectorized. Otherwise one row per row.
+    """
+    if all(t.is_contiguous() for t in tensors):
+        return [t.view(1, -1) for t in tensors]
+    return [_rows(t) for t in tensors]
+
+
+def _forward_into(gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor, approximate: str) -> None:
+    """out = gelu(gate) * up; ``out`` must have a row view (see _row_view), as fresh tensors do."""
+    if out.numel() == 0:
+        return
+    if _runs_on_triton(gate):
+        triton_kernels.launch_forward(*_matrices(gate, up, out), approximate)
+    else:
+        torch_fallback.forward_into(gate, up, out, approximate)
+
+
+def _backward_into(grad_out, gate, up, grad_gate, grad_up, approximate: str) -> None:
+    if gate.numel() == 0:
+        return
+    if _runs_on_triton(gate):
+        triton_kernels.launch_backward(*_matrices(grad_out, gate, up, grad_gate, grad_up), approximate)
+    else:
+        torch_fallback.backward_into(grad_out, gate, up, grad_gate, grad_up, approximate)
+
+
+def _halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    half = x.shape[-1] // 2
+    return x[..., :half], x[..., half:]
+
+
+# --- separate gate and up ---------------------------------------------------
+
+
+@torch.library.custom_op(add_op_namespace_prefix("geglu"), mutates_args=())
+def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str) -> torch.Tensor:
+    out = gate.new_empty(gate.shape)
+    _forward_into(gate, up, out, approximate)
+    return out
+
+
+@geglu.register_fake
+def _(gate, up, approximate):
+    return gate.new_empty(gate.shape)
+
+
+@torch.library.custom_op(add_op_namespace_prefix("geglu_backward"), mutates_args=())
+def geglu_backward(
+    grad_out: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, approximate: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    grad_gate, grad_up = gate.new_empty(gate.shape), up.new_empty(up.shape)
+    _backward_into(grad_out, gate, up, grad_gate, grad_up, approximate)
+    return grad_gate, grad_up
+
+
+@geglu_backward.register_fake
+def _(grad_out, gate, up, approximate):
+    return gate.new_empty(gate.shape), up.new_empty(up.shape)
+
+
+def _geglu_setup_context(ctx, inputs, output):
+    gate, up, approximate = inputs
+    ctx.save_for_backward(gate, up)
+    ctx.approximate = approximate
+
+
+def _geglu_autograd(ctx, grad_out):
+    gate, up = ctx.saved_tensors
+    grad_gate, grad_up = geglu_backward(grad_out, gate, up, ctx.approximate)
+    return grad_gate, grad_up, None
+
+
+geglu.register_autograd(_geglu_autograd, setup_context=_geglu_setup_context)
+
+
+# --- concatenated [gate | up] -----------------------------------------------
+
+
+@torch.library.custom_op(add_op_namespace_prefix("geglu_concat"), mutates_args=())
+def geglu_concat(x: torch.Tensor, approximate: str) -> torch.Tensor:
+    out = x.new_empty(concat_output_shape(x))
+    _forward_into(*_halves(x), out, approximate)
+    return out
+
+
+@geglu_concat.register_fake
+def _(x, approximate):
+    return x.new_empty(concat_output_shape(x))
+
+
+@torch.library.custom_op(add_op_namespace_prefix("geglu_concat_backward"), mutates_args=())
+def geglu_concat_backward(grad_out: torch.Tensor, x: torch.Tensor, approximate: str) -> torch.Tensor:
+    grad_x = x.new_empty(x.shape)
+    _backward_into(grad_out, *_halves(x), *_halves(grad_x), approximate)
+    return grad_x
+
+
+@geglu_concat_backward.register_fake
+def _(grad_out, x, approximate):
+    return x.new_empty(x.shape)
+
+
+def _geglu_concat_setup_context(ctx, inputs, output):
+    x, approximate = inputs
+    ctx.save_for_backward(x)
+    ctx.approximate = approximate
+
+
+def _geglu_concat_autograd(ctx, grad_out):
+    (x,) = ctx.saved_tensors
+    return geglu_concat_backward(grad_out, x, ctx.approximate), None
+
+
+geglu_concat.register_autograd(_geglu_concat_autograd, setup_context=_geglu_concat_setup_context)
+
+
+@torch.library.custom_op(add_op_namespace_prefix("geglu_concat_out"), mutates_args=("out",))
+def geglu_concat_out(out: torch.Tensor, x: torch.Tensor, approximate: str) -> None:
+    if _row_view(out) is not None:
+        _forward_into(*_halves(x), out, approximate)
+    else:  # a layout the kernels cannot write through: compute, then copy in
+        out.copy_(geglu_concat(x, approximate))
+
+
+@geglu_concat_out.register_fake
+def _(out, x, approximate):
+    return None

@@ -1,0 +1,275 @@
+"""Triton kernels for GeGLU, ``out = gelu(gate) * up``, and their launchers.
+
+Both kernels are elementwise over a 2-D view ``[n_rows, n_cols]`` of their
+tensors. Every tensor has its own row stride and a unit column stride, so the
+two halves of a fused ``gate_up`` projection (``x[..., :n]`` and ``x[..., n:]``,
+row stride ``2n``) are read in place. When every tensor is contiguous the
+launcher passes a single row of ``numel`` elements instead: the tile then
+never straddles a row end and every access can be a 16-byte vector, whatever
+the width of the last dimension (4231, say).
+
+Math happens in fp32 registers; loads and stores are in the tensors' dtype.
+
+GELU and its derivative
+-----------------------
+exact ("none"):  gelu(x)  = x * Phi(x),   Phi(x) = (1 + erf(x / sqrt(2))) / 2
+                 gelu'(x) = Phi(x) + x * phi(x),   phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+
+tanh:            gelu(x)  = x * (1 + tanh(z)) / 2,   z = sqrt(2 / pi) * (x + 0.044715 x^3)
+                 Using (1 + tanh(z)) / 2 = sigmoid(2 z) this is gelu(x) = x * s with
+                 s = sigmoid(2 z), which needs only ``exp`` (``libdevice.tanh`` does not
+                 run under TRITON_INTERPRET=1) and has no cancellation near z = 0.
+                 gelu'(x) = s + x * s * (1 - s) * 2 * sqrt(2 / pi) * (1 + 3 * 0.044715 x^2)
+
+Rounding points
+---------------
+Eager PyTorch evaluates ``F.gelu(gate) * up`` as two kernels: the GELU result is
+rounded to the input dtype, then the product is rounded again. The forward
+kernel rounds at the same two points, so bf16/fp16 results match eager bit for
+bit except where the fp32 GELU itself differs in its last bit (rare, and then
+by one ulp). The backward keeps both gradients in fp32 until the final store,
+which is at least as accurate as eager autograd's three roundings.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+SQRT_2_OVER_PI = 0.7978845608028654  # sqrt(2 / pi)
+TANH_CUBIC_COEFF = 0.044715
+INV_SQRT_2 = 0.7071067811865476  # 1 / sqrt(2)
+INV_SQRT_2PI = 0.3989422804014327  # 1 / sqrt(2 pi)
+
+# Offsets past this need 64-bit arithmetic (int32 index math would wrap).
+INT32_OFFSET_LIMIT = 2**31
+
+# Triton's interpreter (TRITON_INTERPRET=1, read when triton is imported)
+# truncates fp32 -> bf16 casts where compiled code rounds to nearest even;
+# interpreted kernels then round by hand, so both compute the same numbers.
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+# Launch table (see launch_config): bytes of one tensor that a tile covers,
+# and the narrowest tile (Triton's tl.arange wants a power of two; 16 keeps
+# tiny widths on a sane layout).
+TILE_BYTES = 16384
+MIN_BLOCK_N = 16
+
+
+@triton.jit
+def _gelu(x, APPROXIMATE_TANH: tl.constexpr):
+    """gelu(x) in fp32, exact (erf) or tanh-approximated."""
+    if APPROXIMATE_TANH:
+        z = SQRT_2_OVER_PI * (x + TANH_CUBIC_COEFF * x * x * x)
+        return x * tl.sigmoid(2.0 * z)
+    else:
+        return 0.5 * x * (1.0 + tl.math.erf(x * INV_SQRT_2))
+
+
+@triton.jit
+def _gelu_and_derivative(x, APPROXIMATE_TANH: tl.constexpr):
+    """(gelu(x), gelu'(x)) in fp32, sharing the sigmoid / erf between the two."""
+    if APPROXIMATE_TANH:
+        z = SQRT_2_OVER_PI * (x + TANH_CUBIC_COEFF * x * x * x)
+        s = tl.sigmoid(2.0 * z)
+        dz_dx = SQRT_2_OVER_PI * (1.0 + 3.0 * TANH_CUBIC_COEFF * x * x)
+        return x * s, s + x * s * (1.0 - s) * 2.0 * dz_dx
+    else:
+        cdf = 0.5 * (1.0 + tl.math.erf(x * INV_SQRT_2))
+        pdf = INV_SQRT_2PI * tl.exp(-0.5 * x * x)
+        return x * cdf, cdf + x * pdf
+
+
+@triton.jit
+def _round(x, dtype: tl.constexpr, BF16_BY_HAND: tl.constexpr):
+    """x (fp32) rounded to nearest even in ``dtype``.
+
+    By hand: add half a bf16 ulp (minus one, plus the kept lowest bit, so ties
+    go to even) to the fp32 bits and drop the low 16 bits; NaNs pass unchanged.
+    """
+    if BF16_BY_HAND and dtype == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
+        x = tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
+    return x.to(dtype)
+
+
+@triton.jit
+def _tile(n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INT64_OFFSETS: tl.constexpr):
+    """Row indices [BLOCK_M, 1], column indices [1, BLOCK_N] and bounds mask of this program's tile.
+
+    The grid is one-dimensional (it has no 65,535 limit, unlike axes 1 and 2),
+    with the column tiles of a row band adjacent, so neighbouring programs
+    touch neighbouring memory.
+    """
+    pid = tl.program_id(0)
+    if INT64_OFFSETS:
+        pid = pid.to(tl.int64)
+    col_tiles = tl.cdiv(n_cols, BLOCK_N)
+    rows = (pid // col_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (pid % col_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    return rows[:, None], cols[None, :], mask
+
+
+@triton.jit
+def geglu_forward_kernel(
+    gate_ptr,
+    up_ptr,
+    out_ptr,
+    n_rows,
+    n_cols,
+    gate_row_stride,
+    up_row_stride,
+    out_row_stride,
+    APPROXIMATE_TANH: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    INT64_OFFSETS: tl.constexpr,
+    BF16_BY_HAND: tl.constexpr,
+):
+    """out = gelu(gate) * up over one [BLOCK_M, BLOCK_N] tile."""
+    rows, cols, mask = _tile(n_rows, n_cols, BLOCK_M, BLOCK_N, INT64_OFFSETS)
+    gate = tl.load(gate_ptr + rows * gate_row_stride + cols, mask=mask).to(tl.float32)
+    up = tl.load(up_ptr + rows * up_row_stride + cols, mask=mask).to(tl.float32)
+
+    # First rounding point: the GELU result in the storage dtype, as eager's F.gelu returns it.
+    out_dtype = out_ptr.dtype.element_ty
+    activated = _round(_gelu(gate, APPROXIMATE_TANH), out_dtype, BF16_BY_HAND).to(tl.float32)
+    # Second rounding point: the product, as eager's multiply returns it.
+    product = _round(activated * up, out_dtype, BF16_BY_HAND)
+    tl.store(out_ptr + rows * out_row_stride + cols, product, mask=mask)
+
+
+@triton.jit
+def geglu_backward_kernel(
+    grad_out_ptr,
+    gate_ptr,
+    up_ptr,
+    grad_gate_ptr,
+    grad_up_ptr,
+    n_rows,
+    n_cols,
+    grad_out_row_stride,
+    gate_row_stride,
+    up_row_stride,
+    grad_gate_row_stride,
+    grad_up_row_stride,
+    APPROXIMATE_TANH: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    INT64_OFFSETS: tl.constexpr,
+    BF16_BY_HAND: tl.constexpr,
+):
+    """Both gradients of out = gelu(gate) * up in one pass over one tile.
+
+    grad_up   = grad_out * gelu(gate)
+    grad_gate = grad_out * up * gelu'(gate)
+    Each is rounded once, at the store.
+    """
+    rows, cols, mask = _tile(n_rows, n_cols, BLOCK_M, BLOCK_N, INT64_OFFSETS)
+    grad_out = tl.load(grad_out_ptr + rows * grad_out_row_stride + cols, mask=mask).to(tl.float32)
+    gate = tl.load(gate_ptr + rows * gate_row_stride + cols, mask=mask).to(tl.float32)
+    up = tl.load(up_ptr + rows * up_row_stride + cols, mask=mask).to(tl.float32)
+
+    activated, slope = _gelu_and_derivative(gate, APPROXIMATE_TANH)
+    grad_up = grad_out * activated
+    grad_gate = grad_out * up * slope
+
+    grad_dtype = grad_gate_ptr.dtype.element_ty
+    tl.store(grad_up_ptr + rows * grad_up_row_stride + cols, _round(grad_up, grad_dtype, BF16_BY_HAND), mask=mask)
+    tl.store(grad_gate_ptr + rows * grad_gate_row_stride + cols, _round(grad_gate, grad_dtype, BF16_BY_HAND), mask=mask)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    block_m: int
+    block_n: int
+    num_warps: int
+
+
+def launch_config(n_rows: int, n_cols: int, element_size: int) -> LaunchConfig:
+    """Tile shape and warps for a [n_rows, n_cols] problem, from a small table keyed by shape class.
+
+    The kernels are memory-bound: a tile of TILE_BYTES per tensor gives each of
+    the warps' threads a few 16-byte vectors to keep in flight, and enough
+    tiles to fill every SM once the tensor is past a few MiB. Narrow rows get
+    several rows per tile so that a tile never falls below that size.
+    """
+    tile_elements = TILE_BYTES // element_size
+    block_n = min(triton.next_power_of_2(n_cols), tile_elements)
+    block_n = max(block_n, MIN_BLOCK_N)
+    block_m = max(1, min(triton.next_power_of_2(n_rows), tile_elements // block_n))
+    num_warps = 4 if block_m * block_n * element_size <= 8192 else 8
+    return LaunchConfig(block_m, block_n, num_warps)
+
+
+def needs_int64_offsets(*matrices: torch.Tensor) -> bool:
+    """Whether any element offset of these [rows, cols] views reaches 2^31."""
+    return any(
+        (m.shape[0] - 1) * m.stride(0) + m.shape[1] >= INT32_OFFSET_LIMIT or m.numel() >= INT32_OFFSET_LIMIT
+        for m in matrices
+    )
+
+
+def _grid(n_rows: int, n_cols: int, config: LaunchConfig) -> tuple[int]:
+    return (triton.cdiv(n_rows, config.block_m) * triton.cdiv(n_cols, config.block_n),)
+
+
+def launch_forward(gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor, approximate: str) -> None:
+    """Run the forward kernel on [rows, cols] views with unit column stride."""
+    n_rows, n_cols = gate.shape
+    config = launch_config(n_rows, n_cols, gate.element_size())
+    geglu_forward_kernel[_grid(n_rows, n_cols, config)](
+        gate,
+        up,
+        out,
+        n_rows,
+        n_cols,
+        gate.stride(0),
+        up.stride(0),
+        out.stride(0),
+        APPROXIMATE_TANH=approximate == "tanh",
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        INT64_OFFSETS=needs_int64_offsets(gate, up, out),
+        BF16_BY_HAND=_INTERPRETED,
+        num_warps=config.num_warps,
+    )
+
+
+def launch_backward(
+    grad_out: torch.Tensor,
+    gate: torch.Tensor,
+    up: torch.Tensor,
+    grad_gate: torch.Tensor,
+    grad_up: torch.Tensor,
+    approximate: str,
+) -> None:
+    """Run the backward kernel on [rows, cols] views with unit column stride."""
+    n_rows, n_cols = gate.shape
+    config = launch_config(n_rows, n_cols, gate.element_size())
+    geglu_backward_kernel[_grid(n_rows, n_cols, config)](
+        grad_out,
+        gate,
+        up,
+        grad_gate,
+        grad_up,
+        n_rows,
+        n_cols,
+        grad_out.stride(0),
+        gate.stride(0),
+        up.stride(0),
+        grad_gate.stride(0),
+        grad_up.stride(0),
+        APPROXIMATE_TANH=approximate == "tanh",
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        INT64_OFFSETS=needs_int64_offsets(grad_out, gate, up, grad_gate, grad_up),
+        BF16_BY_HAND=_INTERPRETED,
+        num_warps=config.num_warps,
+    )
