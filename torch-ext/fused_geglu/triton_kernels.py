@@ -16,10 +16,11 @@ exact ("none"):  gelu(x)  = x * Phi(x),   Phi(x) = (1 + erf(x / sqrt(2))) / 2
                  gelu'(x) = Phi(x) + x * phi(x),   phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
 
 tanh:            gelu(x)  = x * (1 + tanh(z)) / 2,   z = sqrt(2 / pi) * (x + 0.044715 x^3)
-                 Using (1 + tanh(z)) / 2 = sigmoid(2 z) this is gelu(x) = x * s with
-                 s = sigmoid(2 z), which needs only ``exp`` (``libdevice.tanh`` does not
-                 run under TRITON_INTERPRET=1) and has no cancellation near z = 0.
-                 gelu'(x) = s + x * s * (1 - s) * 2 * sqrt(2 / pi) * (1 + 3 * 0.044715 x^2)
+                 tanh(z) = 2 sigmoid(2 z) - 1 needs only ``exp`` (``libdevice.tanh``
+                 does not run under TRITON_INTERPRET=1). With s = sigmoid(2 z),
+                 (1 + tanh(z)) / 2 = s, so gelu(x) = x s and
+                 gelu'(x) = s + x * s * (1 - s) * 2 * sqrt(2 / pi) * (1 + 3 * 0.044715 x^2);
+                 the backward uses that form (no cancellation where 1 + tanh(z) is tiny).
 
 Rounding points
 ---------------
@@ -62,10 +63,17 @@ MIN_BLOCK_N = 16
 
 @triton.jit
 def _gelu(x, APPROXIMATE_TANH: tl.constexpr):
-    """gelu(x) in fp32, exact (erf) or tanh-approximated."""
+    """gelu(x) in fp32, exact (erf) or tanh-approximated, evaluated as eager PyTorch evaluates it.
+
+    The forward's result must round like eager's, so it follows eager's
+    expression, 0.5 x (1 + tanh(z)), with tanh(z) = 2 sigmoid(2 z) - 1 rounded
+    to fp32 like tanhf: in the far negative tail 1 + tanh(z) then vanishes in
+    fp32 exactly where eager's does.
+    """
     if APPROXIMATE_TANH:
-        z = SQRT_2_OVER_PI * (x + TANH_CUBIC_COEFF * x * x * x)
-        return x * tl.sigmoid(2.0 * z)
+        z = SQRT_2_OVER_PI * (x + TANH_CUBIC_COEFF * (x * x * x))
+        tanh_z = 2.0 * tl.sigmoid(2.0 * z) - 1.0
+        return 0.5 * x * (1.0 + tanh_z)
     else:
         return 0.5 * x * (1.0 + tl.math.erf(x * INV_SQRT_2))
 
@@ -74,7 +82,7 @@ def _gelu(x, APPROXIMATE_TANH: tl.constexpr):
 def _gelu_and_derivative(x, APPROXIMATE_TANH: tl.constexpr):
     """(gelu(x), gelu'(x)) in fp32, sharing the sigmoid / erf between the two."""
     if APPROXIMATE_TANH:
-        z = SQRT_2_OVER_PI * (x + TANH_CUBIC_COEFF * x * x * x)
+        z = SQRT_2_OVER_PI * (x + TANH_CUBIC_COEFF * (x * x * x))
         s = tl.sigmoid(2.0 * z)
         dz_dx = SQRT_2_OVER_PI * (1.0 + 3.0 * TANH_CUBIC_COEFF * x * x)
         return x * s, s + x * s * (1.0 - s) * 2.0 * dz_dx

@@ -1,0 +1,89 @@
+"""Float64 references, input factories and tolerances shared by the kernel tests.
+
+One source of truth: every test compares against these functions with these
+tolerances, so a change of policy happens in one place.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+APPROXIMATIONS = ("tanh", "none")
+
+#: ||out - ref|| / ||ref|| against the float64 reference, forward.
+FORWARD_REL_TOL = {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+#: Eager bf16/fp16 forward: at least this fraction of elements bit-identical ...
+MIN_IDENTICAL_FRACTION = 0.999
+#: ... with the GELU result (the first rounding point) never more than one ulp
+#: from eager's ...
+MAX_GELU_ULPS = 1
+#: ... so the product, re-rounded, never more than two (a one-ulp GELU
+#: difference times an ``up`` just under a power of two).
+MAX_PRODUCT_ULPS = 2
+#: The ulp bounds hold where eager's own expression is well conditioned. Past
+#: |gate| ~ 3, 1 + erf(x / sqrt(2)) (or 1 + tanh(z)) cancels: one fp32 ulp of
+#: erf / tanh, where implementations may differ (CPU's vectorized erf against
+#: the interpreter's or CUDA's), is then several fp16 ulps of a result close to
+#: zero. Those tails are checked against float64 instead.
+ULP_CHECK_MAX_ABS_GATE = 3.0
+#: The backward's error may be at most this multiple of eager autograd's error,
+#: plus a floor of two float32 ulps (where both are at rounding level and one
+#: lucky eager element would otherwise set the bar).
+BACKWARD_ERROR_RATIO = 2.0
+BACKWARD_ABS_FLOOR = {torch.float32: 2 * torch.finfo(torch.float32).eps, torch.float16: 0.0, torch.bfloat16: 0.0}
+
+
+def gelu64(x: torch.Tensor, approximate: str) -> torch.Tensor:
+    """gelu in float64, written from the definitions (not through torch's gelu)."""
+    x = x.double()
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def geglu64(gate: torch.Tensor, up: torch.Tensor, approximate: str) -> torch.Tensor:
+    return gelu64(gate, approximate) * up.double()
+
+
+def geglu64_grads(gate, up, grad_out, approximate):
+    """(grad_gate, grad_up) of sum(grad_out * geglu(gate, up)) in float64, by autograd."""
+    gate64 = gate.detach().double().requires_grad_()
+    up64 = up.detach().double().requires_grad_()
+    geglu64(gate64, up64, approximate).backward(grad_out.double())
+    return gate64.grad, up64.grad
+
+
+def eager_geglu(gate, up, approximate):
+    return torch.nn.functional.gelu(gate, approximate=approximate) * up
+
+
+def rel_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    actual, expected = actual.double(), expected.double()
+    assert not torch.isnan(actual).any(), "NaN in the result"
+    denom = expected.norm().item()
+    return (actual - expected).norm().item() / (denom if denom > 0 else 1.0)
+
+
+def ulps_apart(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Distance in units in the last place between two same-dtype float tensors (finite values)."""
+    assert a.dtype == b.dtype and a.dtype in (torch.float16, torch.bfloat16)
+    ia = a.contiguous().view(torch.int16).int()
+    ib = b.contiguous().view(torch.int16).int()
+    # Map sign-magnitude bit patterns onto a monotonic integer line.
+    ia = torch.where(ia < 0, -(ia & 0x7FFF), ia)
+    ib = torch.where(ib < 0, -(ib & 0x7FFF), ib)
+    return (ia - ib).abs()
+
+
+def randn(*shape, dtype=torch.float32, device="cpu", scale=1.0) -> torch.Tensor:
+    """Fresh random data (never zeros), by default of unit scale, as pre-activations are.
+
+    The far tails (|x| > 5) are where eager's own CPU and CUDA paths disagree
+    with each other (CPU's vectorized tanh saturates to -1 early), so the
+    comparisons with eager use unit scale and test_geglu.py checks the tails
+    against float64 separately, with a large scale.
+    """
+    return (torch.randn(shape, dtype=torch.float32, device=device) * scale).to(dtype)

@@ -1,0 +1,139 @@
+"""The torch-op surface: opcheck, torch.compile, bad inputs, and the engines per device."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from reference import geglu64, randn, rel_error
+
+
+@pytest.fixture(scope="module")
+def device():
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _opcheck_cases(ops, device):
+    gate = randn(3, 20, device=device).requires_grad_()
+    up = randn(3, 20, device=device).requires_grad_()
+    x = randn(3, 40, device=device).requires_grad_()
+    grad = randn(3, 20, device=device)
+    return [
+        (ops.geglu, (gate, up, "tanh")),
+        (ops.geglu, (gate, up, "none")),
+        (ops.geglu_backward, (grad, gate.detach(), up.detach(), "tanh")),
+        (ops.geglu_concat, (x, "none")),
+        (ops.geglu_concat_backward, (grad, x.detach(), "tanh")),
+        (ops.geglu_concat_out, (torch.empty(3, 20, device=device), x.detach(), "tanh")),
+    ]
+
+
+@pytest.mark.kernels_ci
+def test_opcheck(kernel, device):
+    for op, args in _opcheck_cases(kernel.ops, device):
+        torch.library.opcheck(op, args)
+
+
+def test_ops_live_in_the_kernel_namespace(kernel):
+    namespace = kernel._ops.add_op_namespace_prefix("geglu").split("::")[0]
+    assert namespace.startswith("_fused_geglu_")
+    assert kernel.ops.geglu._qualname == f"{namespace}::geglu"
+
+
+def test_torch_compile_fullgraph_has_no_graph_break(kernel, device):
+    class TinyMLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate_up = torch.nn.Linear(16, 2 * 24)
+            self.down = torch.nn.Linear(24, 16)
+
+        def forward(self, x):
+            gate, up = self.gate_up(x).chunk(2, dim=-1)
+            return self.down(kernel.geglu(gate, up) + kernel.geglu_concat(self.gate_up(x), approximate="none"))
+
+    torch._dynamo.reset()
+    model = TinyMLP().to(device)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    x = randn(2, 5, 16, device=device).requires_grad_()
+    expected = model(x)
+    got = compiled(x)
+    assert rel_error(got, expected) <= 1e-6
+    got.sum().backward()
+    assert x.grad is not None
+    explanation = torch._dynamo.explain(model)(x)
+    assert explanation.graph_break_count == 0
+
+
+BAD_INPUTS = [
+    ("geglu", lambda: (randn(3, 4), randn(3, 5)), {}, ValueError, "same shape"),
+    ("geglu", lambda: (randn(3, 4), randn(3, 4).half()), {}, TypeError, "same dtype"),
+    ("geglu", lambda: (randn(3, 4), randn(3, 4, device="meta")), {}, ValueError, "same device"),
+    ("geglu", lambda: (torch.ones(3, 4, dtype=torch.int32),) * 2, {}, TypeError, "dtype torch.int32"),
+    ("geglu", lambda: (torch.ones(3, 4, dtype=torch.bool),) * 2, {}, TypeError, "dtype torch.bool"),
+    ("geglu", lambda: (randn(3, 4).double(),) * 2, {}, TypeError, "dtype torch.float64"),
+    ("geglu", lambda: (randn(3, 4), [1.0]), {}, TypeError, "up must be a torch.Tensor"),
+    ("geglu", lambda: (randn(3, 4), randn(3, 4)), {"approximate": "erf"}, ValueError, "approximate must be one of"),
+    ("geglu_concat", lambda: (randn(3, 5),), {}, ValueError, "must be even"),
+    ("geglu_concat", lambda: (randn(),), {}, ValueError, "at least one dimension"),
+    ("geglu_concat", lambda: (randn(3, 4),), {"approximate": "Tanh"}, ValueError, "approximate must be one of"),
+    ("gelu_and_mul", lambda: (torch.empty(3, 3), randn(3, 4)), {}, ValueError, "out must have shape (3, 2)"),
+    ("gelu_and_mul", lambda: (torch.empty(3, 2).half(), randn(3, 4)), {}, TypeError, "out must have the input's dtype"),
+    ("gelu_tanh_and_mul", lambda: (torch.empty(3, 2, device="meta"), randn(3, 4)), {}, ValueError, "out must be on"),
+    ("gelu_tanh_and_mul", lambda: (torch.empty(3, 2), randn(3, 5)), {}, ValueError, "must be even"),
+]
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("name, make_args, kwargs, error, message", BAD_INPUTS, ids=[b[-1] for b in BAD_INPUTS])
+def test_bad_inputs_get_clear_errors(kernel, name, make_args, kwargs, error, message):
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+        getattr(kernel, name)(*make_args(), **kwargs)
+
+
+def test_out_overlapping_its_input_is_refused(kernel):
+    x = randn(4, 8)
+    with pytest.raises(ValueError, match="overlaps"):
+        kernel.gelu_and_mul(x[:, :4], x)
+
+
+def _run_isolated(build_dir, code: str, prelude: str = "") -> str:
+    """Load the build in a fresh interpreter without TRITON_INTERPRET, run ``code``, return its stdout."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = prelude + f"import kernels, torch\nkernel = kernels.get_local_kernel({str(build_dir)!r})\n"
+    result = subprocess.run(
+        [sys.executable, "-c", script + textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+CHECK_AGAINST_EAGER = """
+    import torch.nn.functional as F
+    gate, up = torch.randn(4, 300), torch.randn(4, 300)
+    out = kernel.geglu(gate, up, approximate="none")
+    assert torch.equal(out, F.gelu(gate) * up), "forward differs from eager"
+    gate.requires_grad_(); up.requires_grad_()
+    kernel.geglu(gate, up).sum().backward()
+    g2, u2 = gate.detach().double().requires_grad_(), up.detach().double().requires_grad_()
+    (F.gelu(g2, approximate="tanh") * u2).sum().backward()
+    assert torch.allclose(gate.grad.double(), g2.grad, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(up.grad.double(), u2.grad, rtol=1e-5, atol=1e-6)
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU fallback is for CPU-only machines")
+def test_cpu_without_interpreter_uses_the_pytorch_path(build_dir):
+    code = CHECK_AGAINST_EAGER + "print('triton' if kernel.ops._runs_on_triton(gate) else 'fallback')"
+    assert _run_isolated(build_dir, code).strip() == "fallback"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the torch-cpu variant is what a CPU torch loads")
+def test_cpu_variant_imports_without_triton(build_dir):
+    hide_triton = "import sys\nsys.modules['triton'] = None  # makes `import triton` fail\n"
+    code = "assert kernel.ops.triton_kernels is None\n" + CHECK_AGAINST_EAGER
+    _run_isolated(build_dir, code, prelude=hide_triton)
