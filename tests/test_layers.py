@@ -1,0 +1,137 @@
+"""The kernelize-ready layers: GELU form read from the module, fallbacks, and kernelize itself."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+import torch.nn as nn
+
+from reference import randn, rel_error
+
+transformers_activations = pytest.importorskip("transformers.activations")
+
+
+class GeGLUMLPModule(nn.Module):
+    """A Gemma-style MLP: down_proj(act_fn(gate_proj(x)) * up_proj(x))."""
+
+    def __init__(self, act_fn=None, config=None, bias=False, hidden=16, intermediate=40):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
+        if act_fn is not None:
+            self.act_fn = act_fn
+        if config is not None:
+            self.config = config
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+def _with_kernel_forward(module, layer_cls):
+    module.forward = types.MethodType(layer_cls.forward, module)
+    return module
+
+
+def _count_calls(module: nn.Module) -> list:
+    calls = []
+    module.register_forward_hook(lambda *_: calls.append(1))
+    return calls
+
+
+ACTIVATIONS = [
+    (lambda: transformers_activations.GELUTanh(), "tanh"),
+    (lambda: transformers_activations.GELUTanh(use_gelu_tanh_python=True), "tanh"),
+    (lambda: transformers_activations.NewGELUActivation(), "tanh"),
+    (lambda: transformers_activations.FastGELUActivation(), "tanh"),
+    (lambda: transformers_activations.GELUActivation(), "none"),
+    (lambda: nn.GELU(), "none"),
+    (lambda: nn.GELU(approximate="tanh"), "tanh"),
+]
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("make_act, expected", ACTIVATIONS, ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize("bias", [False, True])
+def test_geglu_mlp_follows_the_module_activation(kernel, make_act, expected, bias):
+    module = GeGLUMLPModule(make_act(), bias=bias)
+    assert kernel.layers.gelu_approximation(module) == expected
+    x = randn(2, 5, 16).requires_grad_()
+    reference = module(x)
+    act_calls = _count_calls(module.act_fn)
+    fused = _with_kernel_forward(module, kernel.layers.GeGLUMLP)(x)
+    assert not act_calls, "the fused path must not call the original activation"
+    assert rel_error(fused, reference) <= 1e-5
+    grads = torch.autograd.grad(fused.sum(), [x, *module.parameters()])
+    reference_module = GeGLUMLPModule(make_act(), bias=bias)
+    reference_module.load_state_dict(module.state_dict())
+    reference_grads = torch.autograd.grad(reference_module(x).sum(), [x, *reference_module.parameters()])
+    for ours, theirs in zip(grads, reference_grads):
+        assert rel_error(ours, theirs) <= 1e-5
+
+
+@pytest.mark.parametrize(
+    "make_act", [nn.SiLU, nn.ReLU, transformers_activations.QuickGELUActivation, transformers_activations.AccurateGELUActivation]
+)
+def test_geglu_mlp_runs_other_activations_unfused(kernel, make_act):
+    module = GeGLUMLPModule(make_act())
+    assert kernel.layers.gelu_approximation(module) is None
+    x = randn(3, 16)
+    reference = module(x)
+    act_calls = _count_calls(module.act_fn)
+    assert torch.equal(_with_kernel_forward(module, kernel.layers.GeGLUMLP)(x), reference)
+    assert act_calls == [1]
+
+
+@pytest.mark.parametrize("name, expected", [("gelu_pytorch_tanh", "tanh"), ("gelu", "none"), ("gelu_new", "tanh")])
+def test_geglu_mlp_without_act_fn_reads_the_config(kernel, name, expected):
+    """Liger's LigerGEGLUMLP naming: no act_fn, the activation named in config.hidden_act."""
+    module = GeGLUMLPModule(config=types.SimpleNamespace(hidden_act=name))
+    assert kernel.layers.gelu_approximation(module) == expected
+    x = randn(4, 16)
+    out = _with_kernel_forward(module, kernel.layers.GeGLUMLP)(x)
+    expected_out = module.down_proj(
+        torch.nn.functional.gelu(module.gate_proj(x), approximate=expected) * module.up_proj(x)
+    )
+    assert rel_error(out, expected_out) <= 1e-6
+
+
+def test_geglu_mlp_without_act_fn_and_unknown_activation_is_refused(kernel):
+    module = GeGLUMLPModule(config=types.SimpleNamespace(hidden_act="silu"))
+    with pytest.raises(ValueError, match="'silu'"):
+        _with_kernel_forward(module, kernel.layers.GeGLUMLP)(randn(2, 16))
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("name", ["GeGLUMLP", "GeluAndMul", "GeluTanhAndMul"])
+def test_layers_are_kernelize_compliant(kernel, name):
+    """kernelize's own rules: stateless, no extra members, declared capabilities."""
+    from kernels.layer.layer import _validate_layer
+
+    layer = getattr(kernel.layers, name)
+    reference = GeGLUMLPModule if name == "GeGLUMLP" else transformers_activations.GELUActivation
+    _validate_layer(check_cls=reference, cls=layer, repo=name)
+    assert layer.has_backward is True and layer.can_torch_compile is True
+
+
+@pytest.mark.parametrize("mode_name", ["INFERENCE", "TRAINING", "TRAINING_COMPILE"])
+def test_kernelize_gemma3_mlp_from_the_local_build(build_dir, kernel, mode_name):
+    from kernels import LocalLayerRepository, Mode, kernelize, replace_kernel_forward_from_hub, use_kernel_mapping
+    from transformers import Gemma3TextConfig
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3MLP
+
+    mode = {"INFERENCE": Mode.INFERENCE, "TRAINING": Mode.TRAINING, "TRAINING_COMPILE": Mode.TRAINING | Mode.TORCH_COMPILE}[
+        mode_name
+    ]
+    replace_kernel_forward_from_hub(Gemma3MLP, "GeGLUMLP")
+    config = Gemma3TextConfig(hidden_size=32, intermediate_size=72, hidden_activation="gelu_pytorch_tanh")
+    model = nn.Sequential(Gemma3MLP(config), Gemma3MLP(config))
+    x = randn(2, 3, 32).requires_grad_()
+    reference = model(x)
+    repo = LocalLayerRepository(repo_path=build_dir, layer_name="GeGLUMLP")
+    with use_kernel_mapping({"GeGLUMLP": {"cpu": repo, "cuda": repo}}, inherit_mapping=False):
+        kernelize(model, mode=mode, device="cpu")
+    assert all(m.forward.__func__ is kernel.layers.GeGLUMLP.forward for m in model)
+    assert rel_error(model(x), reference) <= 1e-5
