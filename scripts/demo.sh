@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The main job: sets up the environment, then runs the end-to-end demo
-# (build, local Hub, publish, get_kernel, kernelize a Gemma3 model).
+# The main job: sets up the environment on a fresh machine, then runs the
+# end-to-end demo (build, local Hub, publish, get_kernel, kernelize a Gemma3
+# model). Extra arguments go to the demo (see: python -m geglu_triton demo -h).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=$(bash scripts/env.sh)
+source "$(dirname "$0")/env.sh"
 exec "$PY" -m geglu_triton demo "$@"
