@@ -1,0 +1,170 @@
+"""What a build is made from: the kernel's build.toml and the git state of its source.
+
+build.toml is parsed and validated by kernels-data (``kernels._rust.Build``),
+exactly as kernel-builder does, so a file that kernel-builder would reject
+(unknown keys, a bad name, an unknown backend) is rejected here too. The fields
+that ``Build`` does not expose to Python (name, version, license, hub repo-id,
+pyext) are then read from the same file with tomllib.
+
+The source identity follows kernel-builder outside Nix: the unique id of the
+ops namespace is the first 7 hex digits of the git tree of ``HEAD``, plus
+``_dirty`` when tracked files have uncommitted changes (untracked files and
+submodules do not count). The provenance records the ``HEAD`` commit and that
+dirty flag.
+
+Outside a git repository kernel-builder falls back to a random id. We fall back
+to a content id instead, so that a build stays reproducible: the first 7 hex
+digits of a SHA-256 over build.toml and the package files, with ``nogit_``
+in front so it can never be mistaken for a tree id. Such a build has no kernel
+provenance (its source revision is unknown).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernels._rust import Build
+
+from . import layout
+
+BUILD_TOML = "build.toml"
+TORCH_EXT_DIR = "torch-ext"
+DEFAULT_PYEXT = ("py", "pyi")
+_SHORT_ID_LENGTH = 7
+
+
+class ConfigError(ValueError):
+    """build.toml is missing, invalid, or lacks a field the toolkit needs."""
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """The parts of build.toml that building and publishing use."""
+
+    root: Path
+    name: str  # kebab-case, as in build.toml and metadata.json: "fused-geglu"
+    version: int
+    license: str
+    backends: tuple[str, ...]  # lower-case, in build.toml order: ("cpu", "cuda", ...)
+    repo_id: str | None  # [general.hub] repo-id
+    pyext: tuple[str, ...]  # extensions copied from the package, without dots
+    python_depends: dict[str, tuple[str, ...]]  # backend -> [general] plus [general.<backend>] python-depends
+    archs: dict[str, tuple[str, ...]]  # backend -> the archs [torch-noarch] restricts it to, if any
+
+    @property
+    def module_name(self) -> str:
+        """The Python name of the kernel: dashes become underscores."""
+        return self.name.replace("-", "_")
+
+    @property
+    def package_dir(self) -> Path:
+        """The kernel's Python package in the source tree: ``torch-ext/<module>``."""
+        return self.root / TORCH_EXT_DIR / self.module_name
+
+
+@dataclass(frozen=True)
+class GitState:
+    """The git state of a working tree: its ``HEAD`` commit and tree, and whether tracked files changed."""
+
+    commit: str
+    tree: str
+    dirty: bool
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """What names a build of the source: the ops-namespace unique id and the kernel's git state."""
+
+    unique_id: str
+    git: GitState | None  # None outside a git repository
+
+
+def read_config(root: Path) -> KernelConfig:
+    """Read and validate ``root/build.toml``; a ConfigError names what is wrong."""
+    toml_path = root / BUILD_TOML
+    if not toml_path.is_file():
+        raise ConfigError(f"{toml_path}: no build.toml (is {root} a kernel source directory?)")
+    try:
+        build = Build.open(root)
+    except ValueError as err:
+        raise ConfigError(f"build.toml rejected by kernels-data: {err}") from err
+    with toml_path.open("rb") as f:
+        raw = tomllib.load(f)
+
+    noarch = raw.get("torch-noarch")
+    if noarch is None:
+        raise ConfigError(f"{toml_path}: no [torch-noarch] table; this toolkit builds noarch (Triton) kernels only")
+    with_kernel_depends = [str(b) for b in build.general.backends if build.all_kernel_depends(b)]
+    if with_kernel_depends:
+        raise ConfigError(
+            f"{toml_path}: kernel-depends (for {', '.join(with_kernel_depends)}) is not supported by this toolkit"
+        )
+
+    # Build.open has validated every field read below: present where required, well typed.
+    general = raw["general"]
+    backends = tuple(str(backend) for backend in build.general.backends)
+    arch_keys = {"cuda": "cuda_capabilities", "rocm": "rocm_archs"}
+    return KernelConfig(
+        root=root,
+        name=general["name"],
+        version=general["version"],
+        license=general["license"],
+        backends=backends,
+        repo_id=general.get("hub", {}).get("repo-id"),
+        pyext=tuple(noarch.get("pyext", DEFAULT_PYEXT)),
+        python_depends={
+            backend: tuple(general.get("python-depends", [])) + tuple(general.get(backend, {}).get("python-depends", []))
+            for backend in backends
+        },
+        archs={backend: tuple(noarch[key]) for backend, key in arch_keys.items() if key in noarch},
+    )
+
+
+def _git(root: Path, *args: str) -> str:
+    result = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True)
+    return result.stdout.strip()
+
+
+def git_state(root: Path) -> GitState | None:
+    """The git state of the repository containing ``root``, or None when it is not in one.
+
+    Raises RuntimeError when git is not installed or fails on a repository
+    (a corrupt one, or one without any commit): silently building without
+    provenance would hide that.
+    """
+    try:
+        inside = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"], capture_output=True, text=True
+        )
+    except FileNotFoundError as err:
+        raise RuntimeError("git is not installed; it is needed to identify the kernel source") from err
+    if inside.returncode != 0 or inside.stdout.strip() != "true":
+        return None
+    try:
+        commit = _git(root, "rev-parse", "HEAD")
+        tree = _git(root, "rev-parse", "HEAD^{tree}")
+        status = _git(root, "status", "--porcelain", "--untracked-files=no", "--ignore-submodules=all")
+    except subprocess.CalledProcessError as err:
+        raise RuntimeError(f"git failed in {root}: {err.stderr.strip() or err}") from err
+    return GitState(commit=commit, tree=tree, dirty=bool(status))
+
+
+def _content_id(config: KernelConfig) -> str:
+    """The no-git fallback id: a hash over build.toml and the package files, names included."""
+    digest = hashlib.sha256((config.root / BUILD_TOML).read_bytes())
+    for relpath in layout.package_source_files(config.package_dir, config.pyext):
+        digest.update(relpath.encode() + b"\0" + (config.package_dir / relpath).read_bytes())
+    return "nogit_" + digest.hexdigest()[:_SHORT_ID_LENGTH]
+
+
+def source_identity(config: KernelConfig) -> SourceIdentity:
+    """The unique id and git state of the kernel source (see the module docstring)."""
+    git = git_state(config.root)
+    if git is None:
+        return SourceIdentity(unique_id=_content_id(config), git=None)
+    unique_id = git.tree[:_SHORT_ID_LENGTH] + ("_dirty" if git.dirty else "")
+    return SourceIdentity(unique_id=unique_id, git=git)
