@@ -1,0 +1,563 @@
+"""Repository storage for the local Hub: one bare git repository per Hub repository.
+
+Layout under the data directory::
+
+    repos/<kind>/<namespace>/<name>.git   a bare git repository (kind: "kernel" or "model")
+    tmp/                                  scratch space (temporary indexes, repositories being created)
+
+Commit ids are real git commit ids and Hub branches are git branches, so a repository can be
+inspected, cloned or backed up with plain git. Everything goes through git plumbing commands:
+blobs are written with ``hash-object -w``, trees are built in a throw-away index file
+(``update-index --index-info`` + ``write-tree``), commits with ``commit-tree``, and the branch is
+moved last with ``update-ref <new> <expected old>``, an atomic compare-and-swap. A crash at any
+point before that last step leaves the branch where it was; the objects written so far are
+unreferenced and harmless (``git gc`` removes them).
+
+Writes to one repository are serialized by an ``flock`` on a file inside it. Paths and names that
+come from clients are validated before they reach git, and nothing is written outside the data
+directory: file contents only ever become git objects, never files named after client input.
+Run one server per data directory (``tmp/`` is emptied when the storage opens).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_KINDS = ("kernel", "model")
+DEFAULT_BRANCH = "main"
+MAX_PATH_BYTES = 1024
+MAX_PATH_SEGMENT_BYTES = 255
+MAX_BRANCH_NAME_LENGTH = 255
+
+# Hub repository and namespace names: letters, digits, "-", "_", "."; no leading or trailing
+# "-" or "."; no "--" or ".."; at most 96 characters.
+_REPO_NAME = re.compile(r"(?!.*(?:--|\.\.))[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?")
+_COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
+_PARENT_COMMIT = re.compile(r"[0-9a-f]{5,40}")  # huggingface_hub accepts abbreviated parents
+_ZERO_OID = "0" * 40
+_REGULAR_FILE_MODE = "100644"
+_BLOB_CHUNK_BYTES = 1 << 20
+
+# The initial commit of every repository, like the Hub's "initial commit" of a `.gitattributes`.
+INITIAL_GITATTRIBUTES = (
+    b"# Created by the fused-geglu local Hub. Every file is stored as a regular git blob:\n"
+    b"# this server does not use Git LFS.\n"
+)
+_COMMITTER = {
+    "GIT_AUTHOR_NAME": "Local Hub",
+    "GIT_AUTHOR_EMAIL": "local-hub@localhost",
+    "GIT_COMMITTER_NAME": "Local Hub",
+    "GIT_COMMITTER_EMAIL": "local-hub@localhost",
+}
+
+
+class StorageError(Exception):
+    """Base class of every error the storage reports; the message is meant for the client."""
+
+
+class InvalidName(StorageError):
+    """A repository, namespace or branch name that the Hub would not accept."""
+
+
+class InvalidPath(StorageError):
+    """A file path inside a repository that is unsafe or malformed."""
+
+
+class RepoNotFound(StorageError):
+    pass
+
+
+class RepoExists(StorageError):
+    pass
+
+
+class RevisionNotFound(StorageError):
+    pass
+
+
+class EntryNotFound(StorageError):
+    pass
+
+
+class BranchExists(StorageError):
+    pass
+
+
+class ProtectedBranch(StorageError):
+    pass
+
+
+class InvalidRevision(StorageError):
+    """A revision argument that cannot name a commit at all (not merely one that does not exist)."""
+
+
+class ParentCommitMismatch(StorageError):
+    """The client's ``parentCommit`` is not the head of the branch any more."""
+
+
+class ConcurrentUpdate(StorageError):
+    """The branch moved between reading it and updating it (another writer won the race)."""
+
+
+class GitCommandFailed(StorageError):
+    pass
+
+
+def validate_repo_name(value: str, what: str = "repository name") -> str:
+    """Return ``value`` if it is a valid Hub namespace or repository name, else raise InvalidName."""
+    if not isinstance(value, str) or not _REPO_NAME.fullmatch(value):
+        raise InvalidName(
+            f"invalid {what} {value!r}: use 1-96 letters, digits, '-', '_' or '.', not starting or "
+            "ending with '-' or '.', without '--' or '..'"
+        )
+    return value
+
+
+def validate_repo_path(path: str) -> str:
+    """Return ``path`` if it is a safe relative file path inside a repository, else raise InvalidPath.
+
+    Refused: empty paths, absolute paths (``/x``, ``C:/x``), backslashes, control characters,
+    empty segments (``a//b``, a trailing ``/``), ``.`` and ``..`` segments, ``.git`` segments (in
+    any case, and with the trailing dots or spaces that Windows ignores), paths longer than
+    MAX_PATH_BYTES and segments longer than MAX_PATH_SEGMENT_BYTES (UTF-8 bytes).
+    """
+    if not isinstance(path, str) or not path:
+        raise InvalidPath("empty path: a file path inside the repository is required")
+    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise InvalidPath(f"path {path[:64]!r}... is longer than {MAX_PATH_BYTES} bytes")
+    if path.startswith("/") or re.match(r"[A-Za-z]:", path):
+        raise InvalidPath(f"absolute path {path!r}: paths must be relative to the repository root")
+    if "\\" in path:
+        raise InvalidPath(f"path {path!r} contains a backslash: use '/' as the separator")
+    if any(ord(char) < 32 or ord(char) == 127 for char in path):
+        raise InvalidPath(f"path {path!r} contains a control character")
+    for segment in path.split("/"):
+        if not segment:
+            raise InvalidPath(f"path {path!r} has an empty segment (a leading, doubled or trailing '/')")
+        if segment in (".", ".."):
+            raise InvalidPath(f"path {path!r} contains a {segment!r} segment")
+        if segment.casefold().rstrip(". ") == ".git":
+            raise InvalidPath(f"path {path!r} contains a '.git' segment, which git reserves")
+        if len(segment.encode("utf-8", "surrogatepass")) > MAX_PATH_SEGMENT_BYTES:
+            raise InvalidPath(f"path {path!r} has a segment longer than {MAX_PATH_SEGMENT_BYTES} bytes")
+    return path
+
+
+def validate_branch_name(name: str) -> str:
+    """Return ``name`` if it is a valid new branch name, else raise InvalidName.
+
+    git's own rules (``git check-ref-format``), plus: not a 40-hex string (it would be ambiguous
+    with a commit id in revisions) and not starting with ``refs/``.
+    """
+    if not isinstance(name, str) or not name or len(name) > MAX_BRANCH_NAME_LENGTH:
+        raise InvalidName(f"invalid branch name {name!r}: 1 to {MAX_BRANCH_NAME_LENGTH} characters")
+    if _COMMIT_SHA.fullmatch(name) or name.startswith("refs/") or not _is_git_ref_name(f"refs/heads/{name}"):
+        raise InvalidName(
+            f"invalid branch name {name!r}: see `git check-ref-format`; it may not be a commit id or start with 'refs/'"
+        )
+    return name
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_git_ref_name(ref: str) -> bool:
+    """git's verdict on a full ref name (``git check-ref-format``); cached, being a pure function."""
+    return subprocess.run(["git", "check-ref-format", ref], env=_git_env(), capture_output=True).returncode == 0
+
+
+def _git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for git: no inherited GIT_* variables or user/system config, literal pathspecs."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    env.update(
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_LITERAL_PATHSPECS="1",
+        GIT_TERMINAL_PROMPT="0",
+        LC_ALL="C",
+        **_COMMITTER,
+    )
+    env.update(extra or {})
+    return env
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """A file or directory of a commit: ``oid`` is the git blob or tree id, ``size`` 0 for directories."""
+
+    path: str
+    type: str  # "file" or "directory"
+    oid: str
+    size: int
+
+
+@dataclass(frozen=True)
+class CommitSummary:
+    oid: str
+    title: str
+    timestamp: int  # committer time, seconds since the epoch
+
+
+# A commit's file listing while it is being edited: path -> (git mode, blob id).
+FileMap = dict[str, tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class AddFile:
+    """Add or replace a file with an already written blob (see ``Repository.write_blob``)."""
+
+    path: str
+    blob_oid: str
+
+    def apply_to(self, files: FileMap) -> None:
+        mode = files[self.path][0] if self.path in files else _REGULAR_FILE_MODE
+        files[self.path] = (mode, self.blob_oid)
+
+
+@dataclass(frozen=True)
+class DeleteFile:
+    path: str
+
+    def apply_to(self, files: FileMap) -> None:
+        if files.pop(self.path, None) is None:
+            raise EntryNotFound(f"cannot delete {self.path!r}: a file with this name doesn't exist")
+
+
+@dataclass(frozen=True)
+class DeleteFolder:
+    path: str
+
+    def apply_to(self, files: FileMap) -> None:
+        inside = [name for name in files if name.startswith(self.path + "/")]
+        if not inside:
+            raise EntryNotFound(f"cannot delete folder {self.path!r}: a folder with this name doesn't exist")
+        for name in inside:
+            del files[name]
+
+
+CommitOperation = AddFile | DeleteFile | DeleteFolder
+
+
+class Repository:
+    """One Hub repository, backed by the bare git repository ``git_dir``."""
+
+    def __init__(self, kind: str, namespace: str, name: str, git_dir: Path, tmp_dir: Path) -> None:
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
+        self.git_dir = git_dir
+        self._tmp_dir = tmp_dir
+        self.private = self._git("config", "--bool", "--get", "hub.private", check=False).strip() == "true"
+
+    @property
+    def id(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def branches(self) -> dict[str, str]:
+        """Branch name -> head commit id, sorted by name."""
+        out = self._git("for-each-ref", "--format=%(refname:strip=2)%00%(objectname)", "refs/heads/")
+        return dict(sorted(line.split("\0") for line in out.splitlines()))
+
+    def branch_head(self, branch: str) -> str | None:
+        """The head commit of ``branch``, or None when there is no such branch."""
+        if not branch or _COMMIT_SHA.fullmatch(branch) or not _is_git_ref_name(f"refs/heads/{branch}"):
+            return None
+        head = self._git("show-ref", "--verify", "--hash", f"refs/heads/{branch}", check=False).strip()
+        return head or None
+
+    def resolve(self, revision: str) -> str:
+        """The commit id that ``revision`` names: a branch (``v1``, ``refs/heads/v1``) or a full commit id."""
+        if _COMMIT_SHA.fullmatch(revision):
+            if self._git("cat-file", "-t", revision, check=False).strip() == "commit":
+                return revision
+        else:
+            head = self.branch_head(revision.removeprefix("refs/heads/"))
+            if head is not None:
+                return head
+        raise RevisionNotFound(f"revision {revision!r} not found in {self.kind} repository {self.id}")
+
+    def entry(self, commit: str, path: str) -> TreeEntry:
+        """The file or directory at ``path`` ("" is the root directory) in ``commit``."""
+        if not path:
+            return TreeEntry("", "directory", self._git("rev-parse", f"{commit}^{{tree}}").strip(), 0)
+        for entry in self._ls_tree(commit, "--", path):
+            if entry.path == path:
+                return entry
+        raise EntryNotFound(f"{path!r} not found at revision {commit} of {self.id}")
+
+    def list_tree(self, commit: str, path: str = "", *, recursive: bool = False) -> list[TreeEntry]:
+        """The entries of directory ``path`` in ``commit`` (and of its subdirectories when recursive)."""
+        directory = self.entry(commit, path)
+        if directory.type != "directory":
+            raise EntryNotFound(f"{path!r} is a file, not a folder, at revision {commit} of {self.id}")
+        recursion = ("-r", "-t") if recursive else ()
+        prefix = f"{path}/" if path else ""
+        return [
+            TreeEntry(prefix + entry.path, entry.type, entry.oid, entry.size)
+            for entry in self._ls_tree(*recursion, directory.oid)
+        ]
+
+    def iter_blob(self, oid: str) -> Iterator[bytes]:
+        """The content of blob ``oid``, streamed in chunks straight from git."""
+        process = subprocess.Popen(
+            ["git", f"--git-dir={self.git_dir}", "cat-file", "blob", oid],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=_git_env(),
+        )
+        try:
+            while chunk := process.stdout.read(_BLOB_CHUNK_BYTES):
+                yield chunk
+            if process.wait() != 0:
+                raise GitCommandFailed(f"git cat-file blob {oid} failed in {self.id}")
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.stdout.close()
+            process.wait()
+
+    def last_commit(self, commit: str, path: str = "") -> CommitSummary:
+        """The most recent commit reachable from ``commit`` that changed ``path`` ("" is any path)."""
+        pathspec = ("--", path) if path else ()
+        oid, timestamp, title = (
+            self._git("log", "-1", "--format=%H%x00%ct%x00%s", commit, *pathspec).rstrip("\n").split("\0")
+        )
+        return CommitSummary(oid=oid, title=title, timestamp=int(timestamp))
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def write_blob(self, content: bytes) -> str:
+        """Store ``content`` as a git blob and return its id. Safe at any time: it moves no branch."""
+        return self._git("hash-object", "-w", "--stdin", input=content).strip()
+
+    def create_branch(self, branch: str, start_revision: str | None = None) -> str:
+        """Create ``branch`` at ``start_revision`` (default: the head of main); return its commit."""
+        validate_branch_name(branch)
+        start = self.resolve(start_revision or DEFAULT_BRANCH)
+        with self._write_lock():
+            if self.branch_head(branch) is not None:
+                raise BranchExists(f"branch {branch!r} already exists in {self.id}")
+            self._move_branch(branch, start, expected=None)
+        return start
+
+    def delete_branch(self, branch: str) -> None:
+        if branch == DEFAULT_BRANCH:
+            raise ProtectedBranch(f"the {DEFAULT_BRANCH!r} branch of {self.id} cannot be deleted")
+        with self._write_lock():
+            head = self.branch_head(branch)
+            if head is None:
+                raise RevisionNotFound(f"branch {branch!r} not found in {self.id}")
+            self._git("update-ref", "-d", f"refs/heads/{branch}", head)
+
+    def commit(
+        self,
+        branch: str,
+        operations: Sequence[CommitOperation],
+        *,
+        summary: str,
+        description: str = "",
+        parent_commit: str | None = None,
+    ) -> str:
+        """Apply ``operations`` in order on top of ``branch`` and return the new commit id.
+
+        ``parent_commit`` (a full or abbreviated commit id), when given, must be the branch head.
+        A commit that changes nothing is still recorded, as an empty commit.
+        """
+        if parent_commit is not None:
+            if not _PARENT_COMMIT.fullmatch(parent_commit.lower()):
+                raise InvalidRevision(f"parentCommit {parent_commit!r} is not a (possibly abbreviated) commit id")
+            parent_commit = parent_commit.lower()
+        message = f"{summary}\n\n{description}" if description else summary
+        with self._write_lock():
+            head = self.branch_head(branch)
+            if head is None:
+                raise RevisionNotFound(
+                    f"branch {branch!r} not found in {self.id}: commits go to an existing branch (create it first)"
+                )
+            if parent_commit is not None and not head.startswith(parent_commit):
+                raise ParentCommitMismatch(
+                    f"parentCommit {parent_commit} is not the head of {branch!r} ({head}): the branch has moved"
+                )
+            files = self._files(head)
+            for operation in operations:
+                operation.apply_to(files)
+            _check_no_file_folder_clash(files)
+            return self._store_commit(files, parent=head, message=message, branch=branch)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _store_commit(self, files: FileMap, *, parent: str | None, message: str, branch: str) -> str:
+        """Write the tree of ``files`` and a commit of it, then move ``branch`` from ``parent`` to it."""
+        tree = self._write_tree(files)
+        parents = ("-p", parent) if parent else ()
+        commit = self._git("commit-tree", tree, *parents, input=message.encode()).strip()
+        self._move_branch(branch, commit, expected=parent)
+        return commit
+
+    def _move_branch(self, branch: str, new: str, *, expected: str | None) -> None:
+        """Point ``branch`` at ``new`` if it is still at ``expected`` (None: does not exist yet).
+
+        This is the single step that makes a write visible, and it is atomic.
+        """
+        result = self._run("update-ref", f"refs/heads/{branch}", new, expected or _ZERO_OID)
+        if result.returncode != 0:
+            raise ConcurrentUpdate(f"branch {branch!r} of {self.id} was updated concurrently; retry")
+
+    def _files(self, commit: str) -> FileMap:
+        return {entry.path: (entry.mode, entry.oid) for entry in self._ls_tree_raw("-r", commit)}
+
+    def _write_tree(self, files: FileMap) -> str:
+        records = b"".join(f"{mode} {oid}\t{path}".encode() + b"\0" for path, (mode, oid) in sorted(files.items()))
+        with tempfile.TemporaryDirectory(dir=self._tmp_dir, prefix="index-") as scratch:
+            index_env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+            self._git("update-index", "-z", "--index-info", input=records, env=index_env)
+            return self._git("write-tree", env=index_env).strip()
+
+    def _ls_tree(self, *args: str) -> list[TreeEntry]:
+        return [
+            TreeEntry(raw.path, "directory" if raw.type == "tree" else "file", raw.oid, raw.size)
+            for raw in self._ls_tree_raw(*args)
+            if raw.type in ("blob", "tree")
+        ]
+
+    def _ls_tree_raw(self, *args: str) -> list[_RawTreeEntry]:
+        out = self._git("ls-tree", "-l", "-z", *args)
+        entries = []
+        for record in filter(None, out.split("\0")):
+            meta, _, path = record.partition("\t")
+            mode, object_type, oid, size = meta.split()
+            entries.append(_RawTreeEntry(path, mode, object_type, oid, 0 if size == "-" else int(size)))
+        return entries
+
+    @contextlib.contextmanager
+    def _write_lock(self) -> Iterator[None]:
+        """Serialize writers of this repository, across threads and processes (flock)."""
+        with open(self.git_dir / "hub-write.lock", "a") as lock_file:
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+    def _git(
+        self, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None, check: bool = True
+    ) -> str:
+        result = self._run(*args, input=input, env=env)
+        if check and result.returncode != 0:
+            stderr = result.stderr.decode(errors="replace").strip()
+            raise GitCommandFailed(f"git {args[0]} failed in {self.kind} repository {self.id}: {stderr}")
+        return result.stdout.decode("utf-8", "surrogateescape")
+
+    def _run(
+        self, *args: str, input: bytes | None = None, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["git", f"--git-dir={self.git_dir}", *args], input=input, capture_output=True, env=_git_env(env)
+        )
+
+
+@dataclass(frozen=True)
+class _RawTreeEntry:
+    path: str
+    mode: str
+    type: str  # git object type: "blob", "tree" or "commit"
+    oid: str
+    size: int
+
+
+def _check_no_file_folder_clash(files: FileMap) -> None:
+    folders = set()
+    for path in files:
+        parents = path.split("/")[:-1]
+        folders.update("/".join(parents[: depth + 1]) for depth in range(len(parents)))
+    clashes = sorted(folders & files.keys())
+    if clashes:
+        raise InvalidPath(f"{clashes[0]!r} would be both a file and a folder: delete one of them first")
+
+
+class HubStorage:
+    """All repositories under one data directory."""
+
+    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self._repos_dir = self.data_dir / "repos"
+        self._tmp_dir = self.data_dir / "tmp"
+        shutil.rmtree(self._tmp_dir, ignore_errors=True)  # leftovers of an interrupted run
+        self._tmp_dir.mkdir(parents=True)
+        self._repos_dir.mkdir(exist_ok=True)
+        self._open_repos: dict[tuple[str, str, str], Repository] = {}
+        self._open_repos_lock = threading.Lock()
+        self._create_lock = threading.Lock()
+
+    def repo(self, kind: str, namespace: str, name: str) -> Repository:
+        """The existing repository ``namespace/name`` of ``kind``, else RepoNotFound."""
+        key = (kind, namespace, name)
+        with self._open_repos_lock:
+            if key not in self._open_repos:
+                git_dir = self._git_dir(kind, namespace, name, missing=RepoNotFound)
+                if not git_dir.is_dir():
+                    raise RepoNotFound(f"{kind} repository {namespace}/{name} not found")
+                self._open_repos[key] = Repository(kind, namespace, name, git_dir, self._tmp_dir)
+            return self._open_repos[key]
+
+    def create_repo(self, kind: str, namespace: str, name: str, *, private: bool = False) -> Repository:
+        """Create a repository whose ``main`` branch holds one initial commit (a ``.gitattributes``).
+
+        The repository is assembled under tmp/ and renamed into place, so it appears complete or not at all.
+        """
+        git_dir = self._git_dir(kind, namespace, name, missing=InvalidName)
+        with self._create_lock:
+            if git_dir.exists():
+                raise RepoExists(f"{kind} repository {namespace}/{name} already exists")
+            staging = Path(tempfile.mkdtemp(dir=self._tmp_dir, prefix="new-repo-", suffix=".git"))
+            try:
+                subprocess.run(
+                    ["git", "init", "--bare", "--quiet", f"--initial-branch={DEFAULT_BRANCH}", str(staging)],
+                    check=True,
+                    capture_output=True,
+                    env=_git_env(),
+                )
+                draft = Repository(kind, namespace, name, staging, self._tmp_dir)
+                draft._git("config", "hub.private", "true" if private else "false")
+                gitattributes = draft.write_blob(INITIAL_GITATTRIBUTES)
+                draft._store_commit(
+                    {".gitattributes": (_REGULAR_FILE_MODE, gitattributes)},
+                    parent=None,
+                    message="initial commit",
+                    branch=DEFAULT_BRANCH,
+                )
+                git_dir.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(staging, git_dir)
+            except BaseException as error:
+                shutil.rmtree(staging, ignore_errors=True)
+                if isinstance(error, OSError) and git_dir.exists():  # another process created it first
+                    raise RepoExists(f"{kind} repository {namespace}/{name} already exists") from error
+                raise
+        return self.repo(kind, namespace, name)
+
+    def has_namespace(self, namespace: str) -> bool:
+        """Whether any repository, of any kind, lives under ``namespace``."""
+        if not _REPO_NAME.fullmatch(namespace):
+            return False
+        return any((self._repos_dir / kind / namespace).is_dir() for kind in REPO_KINDS)
+
+    def _git_dir(self, kind: str, namespace: str, name: str, *, missing: type[StorageError]) -> Path:
+        if kind not in REPO_KINDS:
+            raise missing(f"unsupported repository type {kind!r}: the local Hub stores {', '.join(REPO_KINDS)}")
+        try:
+            validate_repo_name(namespace, "namespace")
+            validate_repo_name(name)
+        except InvalidName as error:
+            raise missing(str(error)) from None
+        return self._repos_dir / kind / namespace / f"{name}.git"
