@@ -1,0 +1,86 @@
+"""Helpers for the local Hub tests: raw HTTP requests, NDJSON commit bodies, a tiny kernel variant."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.error import HTTPError
+from urllib.request import Request, urlopen
+
+
+@dataclass
+class RawResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self):
+        return json.loads(self.body)
+
+
+def http(
+    method: str,
+    url: str,
+    *,
+    body: bytes | Iterable[bytes] | None = None,
+    token: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> RawResponse:
+    """One request with the standard library (an iterable body is sent chunked); errors are returned, not raised."""
+    request = Request(url, data=body, method=method, headers=dict(headers or {}))
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urlopen(request, timeout=30) as response:
+            return RawResponse(response.status, dict(response.headers), response.read())
+    except HTTPError as error:
+        return RawResponse(error.code, dict(error.headers), error.read())
+
+
+def ndjson(*items: dict) -> bytes:
+    return b"".join(json.dumps(item).encode() + b"\n" for item in items)
+
+
+def header_line(summary: str = "test commit", **extra: str) -> dict:
+    return {"key": "header", "value": {"summary": summary, "description": "", **extra}}
+
+
+def file_line(path: str, content: bytes) -> dict:
+    return {"key": "file", "value": {"path": path, "content": base64.b64encode(content).decode(), "encoding": "base64"}}
+
+
+def git_blob_id(content: bytes) -> str:
+    """The git blob id of ``content``, which the Hub reports as a regular file's oid and ETag."""
+    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+
+def write_tiny_variant(root: Path, *, name: str, module_id: str, version: int = 1) -> Path:
+    """A hand-made noarch CPU variant, ``root/build/torch-cpu``, with a valid metadata.json.
+
+    Its ``__init__.py`` defines ``greet()``; ``module_id`` is the import name kernels uses, so
+    give every repository its own.
+    """
+    variant = root / "build" / "torch-cpu"
+    variant.mkdir(parents=True)
+    (variant / "__init__.py").write_text(f'def greet():\n    return "hello from {name}"\n')
+    digest = {
+        path.relative_to(variant).as_posix(): base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode()
+        for path in sorted(variant.rglob("*"))
+        if path.is_file()
+    }
+    metadata = {
+        "name": name,
+        "id": module_id,
+        "version": version,
+        "license": "Apache-2.0",
+        "python-depends": [],
+        "kernel-depends": [],
+        "backend": {"type": "cpu"},
+        "digest": {"algorithm": "sha256", "files": digest},
+    }
+    (variant / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+    return variant
