@@ -110,6 +110,7 @@ def test_gelu_rounding_point_is_within_one_ulp_of_eager(kernel, device, dtype, a
     assert _max_ulps_where_well_conditioned(ours, eager, gate) <= MAX_GELU_ULPS
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # the interpreter's exp(-2z) -> inf: sigmoid 0
 @pytest.mark.parametrize("approximate", APPROXIMATIONS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_tails_against_float64(kernel, device, dtype, approximate):

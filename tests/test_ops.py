@@ -104,15 +104,16 @@ def test_out_overlapping_its_input_is_refused(kernel):
 def _run_isolated(build_dir, code: str, prelude: str = "") -> str:
     """Load the build in a fresh interpreter without TRITON_INTERPRET, run ``code``, return its stdout."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    script = prelude + f"import kernels, torch\nkernel = kernels.get_local_kernel({str(build_dir)!r})\n"
+    script = prelude + f"import pathlib, kernels, torch\nkernel = kernels.get_local_kernel(pathlib.Path({str(build_dir)!r}))\n"
     result = subprocess.run(
-        [sys.executable, "-c", script + textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", script + code], env=env, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
-CHECK_AGAINST_EAGER = """
+CHECK_AGAINST_EAGER = textwrap.dedent(
+    """
     import torch.nn.functional as F
     gate, up = torch.randn(4, 300), torch.randn(4, 300)
     out = kernel.geglu(gate, up, approximate="none")
@@ -123,7 +124,8 @@ CHECK_AGAINST_EAGER = """
     (F.gelu(g2, approximate="tanh") * u2).sum().backward()
     assert torch.allclose(gate.grad.double(), g2.grad, rtol=1e-5, atol=1e-6)
     assert torch.allclose(up.grad.double(), u2.grad, rtol=1e-5, atol=1e-6)
-"""
+    """
+)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU fallback is for CPU-only machines")
