@@ -183,7 +183,7 @@ def test_upload_list_and_download(api, hub, repo_id, tmp_path):
     assert [(type(p).__name__, p.path) for p in paths] == [("RepoFile", "README.md"), ("RepoFolder", "build")]
 
     log = subprocess.run(
-        ["git", f"--git-dir={_kernel_git_dir(hub, repo_id)}", "log", "--format=%H %s", "v1"],
+        ["git", "-C", str(_kernel_git_dir(hub, repo_id)), "log", "--format=%H %s", "v1"],
         check=True,
         capture_output=True,
         text=True,
@@ -340,12 +340,9 @@ def test_get_kernel_and_versions_cli_from_a_trusted_org(api, hub, tmp_path):
     kernel = get_kernel("org/tiny-trusted", version=1)
     assert kernel.greet() == "hello from tiny-trusted"
 
+    kernels_cli = Path(sys.executable).with_name("kernels")  # the console script of the kernels package
     versions = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from kernels.cli import main; sys.argv = ['kernels', 'versions', 'org/tiny-trusted']; main()",
-        ],
+        [str(kernels_cli), "versions", "org/tiny-trusted"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--max-commit-bytes",
-        type=int,
+        type=_positive_int,
         default=None,
         metavar="N",
         help="largest accepted commit request body, in bytes (default: 2 GiB)",
@@ -49,12 +49,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of bytes, got {text}")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     from .background import LocalHub
     from .server import HubLimits
 
     limits = HubLimits() if args.max_commit_bytes is None else HubLimits(max_commit_bytes=args.max_commit_bytes)
-    args.data.mkdir(parents=True, exist_ok=True)
     hub = LocalHub(
         args.data,
         host=args.host,
@@ -68,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"Local Hub serving {hub.data_dir.resolve()} on {hub.endpoint}", flush=True)
         print(f"Point huggingface_hub and kernels at it with:\n  export HF_ENDPOINT={hub.endpoint}", flush=True)
         print(
-            "Writes need the token given with --token (clients send it from HF_TOKEN)."
+            f"Writes need the server's token (--token or ${TOKEN_ENV_VAR}); clients send it from HF_TOKEN."
             if args.token
             else "Writes are open to anyone who can reach this port (no --token given).",
             flush=True,

@@ -347,7 +347,8 @@ class _HubApi:
 
     async def paths_info(self, request: Request) -> Response:
         """The entries of the form's ``paths`` (a repeated field); missing paths are skipped."""
-        form = parse_qs((await _read_body(request, self.limits.max_json_bytes)).decode(), keep_blank_values=True)
+        body = await _read_body(request, self.limits.max_json_bytes)
+        form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
         expand = _parse_bool(form.get("expand", ["false"])[-1], "expand")
         paths = [_checked_path(path) for path in form.get("paths", [])]
         return JSONResponse(await run_in_threadpool(self._paths_info, request, paths, expand))
@@ -421,29 +422,20 @@ class _HubApi:
         _refuse_pull_request(request)
         repo = self._repo(request)
         branch = request.path_params["revision"].removeprefix("refs/heads/")
-        header: dict[str, Any] | None = None
+        header: dict[str, str | None] | None = None
         operations: list[CommitOperation] = []
         async for number, key, value in _ndjson_items(request, self.limits.max_commit_bytes):
             if header is None:
                 if key != "header":
                     raise ApiError(400, f"line {number}: the first line must be the 'header', got {key!r}")
-                header = value
+                header = _commit_header(value)
             elif key == "header":
                 raise ApiError(400, f"line {number}: only the first line may be a 'header'")
             else:
                 operations.append(await run_in_threadpool(_commit_operation, repo, number, key, value))
         if header is None:
             raise ApiError(400, "empty commit body: expected NDJSON lines, starting with a 'header' line")
-        commit = await run_in_threadpool(
-            functools.partial(
-                repo.commit,
-                branch,
-                operations,
-                summary=_required_string(header, "summary", "header"),
-                description=_optional_string(header, "description", "header") or "",
-                parent_commit=_optional_string(header, "parentCommit", "header"),
-            )
-        )
+        commit = await run_in_threadpool(functools.partial(repo.commit, branch, operations, **header))
         return JSONResponse(
             {
                 "success": True,
@@ -482,6 +474,15 @@ class _HubApi:
             last = repo.last_commit(commit, entry.path)
             item["lastCommit"] = {"id": last.oid, "title": last.title, "date": _iso_date(last.timestamp)}
         return item
+
+
+def _commit_header(value: dict[str, Any]) -> dict[str, str | None]:
+    """The keyword arguments of ``Repository.commit`` that the NDJSON header line gives."""
+    return {
+        "summary": _required_string(value, "summary", "header"),
+        "description": _optional_string(value, "description", "header") or "",
+        "parent_commit": _optional_string(value, "parentCommit", "header"),
+    }
 
 
 def _commit_operation(repo: Repository, number: int, key: str, value: dict[str, Any]) -> CommitOperation:

@@ -358,7 +358,8 @@ class Repository:
             head = self.branch_head(branch)
             if head is None:
                 raise RevisionNotFound(f"branch {branch!r} not found in {self.id}")
-            self._git("update-ref", "-d", f"refs/heads/{branch}", head)
+            if self._run("update-ref", "-d", f"refs/heads/{branch}", head).returncode != 0:
+                raise ConcurrentUpdate(f"branch {branch!r} of {self.id} was updated concurrently; retry")
 
     def commit(
         self,
@@ -487,9 +488,11 @@ def _check_no_file_folder_clash(files: FileMap) -> None:
 
 
 class HubStorage:
-    """All repositories under one data directory."""
+    """All repositories under one data directory (created if missing)."""
 
     def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+        if shutil.which("git") is None:
+            raise RuntimeError("the local Hub stores repositories with git: install the git command line (2.28+)")
         self.data_dir = Path(data_dir).resolve()
         self._repos_dir = self.data_dir / "repos"
         self._tmp_dir = self.data_dir / "tmp"
