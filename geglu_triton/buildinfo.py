@@ -23,11 +23,16 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import tomllib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from kernels._rust import Build
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # kernels depends on tomli before Python 3.11
+    import tomli as tomllib
 
 from . import layout
 
@@ -117,7 +122,8 @@ def read_config(root: Path) -> KernelConfig:
         repo_id=general.get("hub", {}).get("repo-id"),
         pyext=tuple(noarch.get("pyext", DEFAULT_PYEXT)),
         python_depends={
-            backend: tuple(general.get("python-depends", [])) + tuple(general.get(backend, {}).get("python-depends", []))
+            backend: tuple(general.get("python-depends", []))
+            + tuple(general.get(backend, {}).get("python-depends", []))
             for backend in backends
         },
         archs={backend: tuple(noarch[key]) for backend, key in arch_keys.items() if key in noarch},

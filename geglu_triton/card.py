@@ -20,8 +20,9 @@ import ast
 import json
 from pathlib import Path
 
-from . import layout
 from kernels._rust import Metadata
+
+from . import layout
 
 _GEMMA_LAYER = "GeGLUMLP"
 _LAYERS_EXPORT = "layers"
@@ -116,7 +117,8 @@ For `GemmaMLP`, `Gemma2MLP` and the other Gemma MLP classes, replace `Gemma3MLP`
 def _benchmarks(repo_id: str, version: int, has_benchmarks: bool) -> str:
     if not has_benchmarks:
         return "## Benchmarks\n\nNo benchmark available yet.\n"
-    return f"## Benchmarks\n\nRun the benchmark scripts of this kernel with `kernels benchmark {repo_id} --version {version}`.\n"
+    command = f"kernels benchmark {repo_id} --version {version}"
+    return f"## Benchmarks\n\nRun the benchmark scripts of this kernel with `{command}`.\n"
 
 
 def render_card(variants: list[Path], *, repo_id: str, has_benchmarks: bool) -> str:

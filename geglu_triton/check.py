@@ -36,7 +36,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from kernels._rust import Digest, DigestAlgorithm, DigestValidationError, Metadata
+from kernels._rust import Digest, DigestValidationError, Metadata
 
 from . import REPO_ROOT, layout
 from .buildinfo import ConfigError, KernelConfig, read_config
@@ -121,7 +121,9 @@ def _check_metadata(variant: Path, where: str, backend: str, config: KernelConfi
         return [Violation("metadata", f"{where}/{layout.METADATA_FILE}", f"kernels-data cannot parse it: {err}")]
 
     def disagreement(field: str, found: object, expected: object, source: str) -> Violation:
-        return Violation("metadata", f"{where}/{layout.METADATA_FILE}", f"{field} is {found!r}, {source} says {expected!r}")
+        return Violation(
+            "metadata", f"{where}/{layout.METADATA_FILE}", f"{field} is {found!r}, {source} says {expected!r}"
+        )
 
     violations = []
     if str(metadata.name) != config.name:
@@ -129,7 +131,9 @@ def _check_metadata(variant: Path, where: str, backend: str, config: KernelConfi
     if metadata.version != config.version:
         violations.append(disagreement("version", metadata.version, config.version, "build.toml"))
     if str(metadata.backend.backend_type) != backend:
-        violations.append(disagreement("backend.type", str(metadata.backend.backend_type), backend, "the directory name"))
+        violations.append(
+            disagreement("backend.type", str(metadata.backend.backend_type), backend, "the directory name")
+        )
     if (variant / layout.OPS_FILE).is_file():
         try:
             module_name, unique_id = read_ops_identity(variant / layout.OPS_FILE)
@@ -205,7 +209,9 @@ def check_build(build_dir: Path, *, source_root: Path = REPO_ROOT, import_check:
     for name, backend in expected.items():
         variant = build_dir / name
         if not (variant / layout.METADATA_FILE).is_file():
-            violations.append(Violation("layout", name, f"missing: no variant with {layout.METADATA_FILE} for {backend}"))
+            violations.append(
+                Violation("layout", name, f"missing: no variant with {layout.METADATA_FILE} for {backend}")
+            )
             continue
         violations += _check_layout(variant, name)
         violations += _check_metadata(variant, name, backend, config)
