@@ -1,0 +1,431 @@
+"""``python -m geglu_triton publish``: upload a build to a Hub kernel repository.
+
+Mirrors kernel-builder's ``upload`` (kernel-builder/src/upload.rs):
+
+- the ``kernel`` repository is created if missing (not with ``--create-pr``:
+  a pull request needs an existing repository);
+- the build goes to the branch ``v<version>``, the version all variants'
+  metadata.json agree on; the branch is created (from ``main``) if missing;
+- on a new branch, the files it inherits under ``build/`` and ``benchmarks/``
+  that are not being uploaded are deleted; on an existing branch, only stale
+  files inside the uploaded variants (``build/<variant>/...``) and stale
+  ``benchmarks/benchmark*.py`` are; other version branches are never touched;
+- ``benchmarks/benchmark*.py`` of the kernel source go to the version branch;
+- the repository card goes to ``main`` as ``README.md``;
+- commits hold at most 1,000 operations each.
+
+On top of kernel-builder:
+
+- only files whose content differs from the branch are uploaded (git blob
+  SHA-1, or SHA-256 for LFS files, compared with the remote tree), and a branch
+  with nothing to change gets no commit: publishing the same build twice
+  creates no commit at all;
+- a build that fails ``check`` is refused, and so is a dirty build (its
+  metadata says the kernel source had uncommitted changes, or has no source
+  revision) unless ``allow_dirty``;
+- the card is rendered at publish time for the repository published to.
+
+Bytecode never leaves the machine: the files uploaded are
+``layout.shipped_files``, and ``check`` refuses a build that holds any.
+The token is passed to huggingface_hub and never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    HfHubHTTPError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.hf_api import RepoFile
+from kernels._rust import Metadata
+
+from . import REPO_ROOT, layout
+from .buildinfo import ConfigError, read_config
+from .card import render_card
+from .check import check_build
+
+REPO_TYPE = "kernel"
+MAIN_BRANCH = "main"
+README_PATH = "README.md"
+BUILD_PREFIX = "build/"
+BENCHMARKS_PREFIX = f"{layout.BENCHMARKS_DIR}/"
+COMMIT_BATCH_SIZE = 1_000
+DEFAULT_ENDPOINT = "https://huggingface.co"
+KERNEL_ACCESS_URL = "https://huggingface.co/spaces/kernels-community/README/discussions/new"
+
+
+class PublishError(RuntimeError):
+    """The build cannot be published, or the Hub refused it; the message says why and what to do."""
+
+
+@dataclass
+class BranchPlan:
+    """What publishing changes on one branch: files to upload (changed ones only) and to delete."""
+
+    branch: str
+    is_new: bool
+    uploads: dict[str, bytes] = field(default_factory=dict)  # repo path -> content
+    deletions: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+    @property
+    def operation_count(self) -> int:
+        return len(self.uploads) + len(self.deletions)
+
+    def operations(self) -> list[CommitOperationAdd | CommitOperationDelete]:
+        """Deletions first, then additions, each sorted by path (fresh objects: commits mutate them)."""
+        return [CommitOperationDelete(path_in_repo=path) for path in sorted(self.deletions)] + [
+            CommitOperationAdd(path_in_repo=path, path_or_fileobj=content)
+            for path, content in sorted(self.uploads.items())
+        ]
+
+    def summary(self) -> str:
+        new = " (new branch)" if self.is_new else ""
+        return (
+            f"{self.branch}{new}: {len(self.uploads)} to upload, {len(self.deletions)} to delete, "
+            f"{len(self.unchanged)} unchanged"
+        )
+
+    def changes(self) -> list[str]:
+        """One line per change, as ``--dry-run`` prints them: ``+ path`` uploaded, ``- path`` deleted."""
+        return [f"  - {path}" for path in sorted(self.deletions)] + [f"  + {path}" for path in sorted(self.uploads)]
+
+
+@dataclass
+class PublishReport:
+    """The outcome of ``publish``: the plan per branch, and the commits (or pull requests) made."""
+
+    repo_id: str
+    version_branch: str
+    dry_run: bool
+    plans: list[BranchPlan]
+    commits: dict[str, list[str]] = field(default_factory=dict)  # branch -> commit oids, in order
+    pull_requests: dict[str, str] = field(default_factory=dict)  # branch -> pull request URL
+
+    @property
+    def changed(self) -> bool:
+        return any(plan.operation_count for plan in self.plans)
+
+
+def git_blob_sha1(content: bytes) -> str:
+    """The git blob id of a file's content: what the Hub tree lists as ``oid``."""
+    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+
+def _is_same_content(remote: RepoFile, content: bytes) -> bool:
+    if remote.lfs is not None:
+        return remote.lfs.sha256 == hashlib.sha256(content).hexdigest()
+    return remote.blob_id == git_blob_sha1(content)
+
+
+def _read_build(build_dir: Path) -> tuple[list[Path], str]:
+    """The variants of a build and the branch ``v<version>`` they agree on."""
+    variants = layout.discover_variants(build_dir)
+    if not variants:
+        raise PublishError(
+            f"{build_dir}: no build variants (directories with {layout.METADATA_FILE}); run `build` first"
+        )
+    versions = {}
+    for variant in variants:
+        try:
+            versions[variant.name] = Metadata.read_from_file(variant / layout.METADATA_FILE).version
+        except ValueError as err:
+            raise PublishError(f"{variant / layout.METADATA_FILE}: kernels-data cannot parse it: {err}") from err
+    if len(set(versions.values())) > 1:
+        found = ", ".join(f"{name}: {version}" for name, version in sorted(versions.items()))
+        raise PublishError(f"{build_dir}: the variants disagree on the kernel version ({found}); rebuild the kernel")
+    return variants, f"v{next(iter(versions.values()))}"
+
+
+def _refuse_dirty(variants: list[Path]) -> None:
+    dirty, unknown = [], []
+    for variant in variants:
+        provenance = Metadata.read_from_file(variant / layout.METADATA_FILE).provenance
+        source = provenance.kernel if provenance is not None else None
+        if source is None:
+            unknown.append(variant.name)
+        elif source.dirty:
+            dirty.append(variant.name)
+    reasons = []
+    if dirty:
+        reasons.append(f"built from uncommitted changes ({', '.join(dirty)})")
+    if unknown:
+        reasons.append(f"built without a known source revision ({', '.join(unknown)})")
+    if reasons:
+        raise PublishError(
+            f"refusing to publish a build {' and '.join(reasons)}: its recorded revision does not identify "
+            "its sources. Commit, rebuild and publish again, or pass --allow-dirty"
+        )
+
+
+def _refuse_failing_check(build_dir: Path, source_root: Path, *, import_check: bool) -> None:
+    violations = check_build(build_dir, source_root=source_root, import_check=import_check)
+    if violations:
+        listed = "\n  ".join(str(v) for v in violations)
+        raise PublishError(f"refusing to publish {build_dir}: it fails `check`:\n  {listed}")
+
+
+def _local_version_files(variants: list[Path], source_root: Path) -> dict[str, bytes]:
+    """What the version branch must hold: every shipped file of each variant, and the benchmark scripts."""
+    files = {
+        f"{BUILD_PREFIX}{variant.name}/{relpath}": (variant / relpath).read_bytes()
+        for variant in variants
+        for relpath in layout.shipped_files(variant)
+    }
+    files.update(
+        {f"{BENCHMARKS_PREFIX}{script.name}": script.read_bytes() for script in layout.benchmark_scripts(source_root)}
+    )
+    return files
+
+
+def _is_stale(path: str, *, is_new_branch: bool, variant_prefixes: list[str]) -> bool:
+    """Whether a remote file of the version branch that is not being uploaded must be deleted."""
+    if path.startswith(BUILD_PREFIX):
+        return is_new_branch or any(path.startswith(prefix) for prefix in variant_prefixes)
+    if path.startswith(BENCHMARKS_PREFIX):
+        name = path.rsplit("/", 1)[-1]
+        return is_new_branch or (name.startswith("benchmark") and name.endswith(".py"))
+    return False
+
+
+def plan_branch(
+    branch: str,
+    local: dict[str, bytes],
+    remote: dict[str, RepoFile],
+    *,
+    is_new: bool,
+    stale: Callable[[str], bool] = lambda path: False,
+) -> BranchPlan:
+    """Compare what a branch must hold with what it holds: changed files to upload, stale ones to delete."""
+    plan = BranchPlan(branch=branch, is_new=is_new)
+    for path, content in local.items():
+        if path in remote and _is_same_content(remote[path], content):
+            plan.unchanged.append(path)
+        else:
+            plan.uploads[path] = content
+    plan.deletions = sorted(path for path in remote if path not in local and stale(path))
+    return plan
+
+
+class _Hub:
+    """The few Hub calls publishing makes, on a kernel repository, with errors made clear."""
+
+    def __init__(self, api: HfApi, repo_id: str) -> None:
+        self.api = api
+        self.repo_id = repo_id
+
+    def create_repo(self, *, private: bool) -> None:
+        try:
+            url = self.api.create_repo(self.repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True)
+        except HfHubHTTPError as err:
+            status = err.response.status_code if err.response is not None else None
+            if status == 401:
+                raise PublishError(
+                    f"the Hub at {self.api.endpoint} does not accept the token (401): log in with "
+                    "`hf auth login`, set HF_TOKEN, or pass --token"
+                ) from err
+            if status == 403:
+                raise PublishError(
+                    f"the Hub refuses to create the kernel repository {self.repo_id} (403 Forbidden): this account "
+                    "has no right to publish kernels there. Publishing kernels needs approval; request it at "
+                    f"{KERNEL_ACCESS_URL} with a working built kernel, its source, what it is for and benchmarks"
+                ) from err
+            raise PublishError(f"cannot create the kernel repository {self.repo_id}: {err}") from err
+        self.repo_id = url.repo_id or self.repo_id  # the Hub's spelling of the name
+
+    def branches(self) -> set[str] | None:
+        """The branch names of the repository, or None when it does not exist."""
+        try:
+            refs = self.api.list_repo_refs(self.repo_id, repo_type=REPO_TYPE)
+        except RepositoryNotFoundError:
+            return None
+        return {branch.name for branch in refs.branches}
+
+    def create_branch(self, branch: str, *, create_pr: bool) -> None:
+        try:
+            self.api.create_branch(self.repo_id, branch=branch, repo_type=REPO_TYPE)
+        except HfHubHTTPError as err:
+            hint = (
+                f" Pull requests can only target an existing branch: ask a maintainer of {self.repo_id} "
+                f"to create {branch!r} first."
+                if create_pr
+                else ""
+            )
+            raise PublishError(f"cannot create the branch {branch!r} of {self.repo_id}: {err}.{hint}") from err
+
+    def files(self, revision: str, *, recursive: bool) -> dict[str, RepoFile]:
+        """The files of a revision; {} when the repository or revision has none."""
+        try:
+            entries = self.api.list_repo_tree(self.repo_id, revision=revision, recursive=recursive, repo_type=REPO_TYPE)
+            return {entry.path: entry for entry in entries if isinstance(entry, RepoFile)}
+        except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError):
+            return {}
+
+    def commit(
+        self, plan: BranchPlan, *, message: str, create_pr: bool, echo: Callable[[str], None]
+    ) -> tuple[list[str], str | None]:
+        """Commit a plan in batches; returns the commit oids and the pull request URL, if one was opened."""
+        operations = plan.operations()
+        batches = [operations[i : i + COMMIT_BATCH_SIZE] for i in range(0, len(operations), COMMIT_BATCH_SIZE)]
+        oids, pr_url, pr_revision = [], None, None
+        for index, batch in enumerate(batches, start=1):
+            suffix = f" (batch {index}/{len(batches)})" if len(batches) > 1 else ""
+            echo(f"{plan.branch}: committing batch {index}/{len(batches)}, {len(batch)} operations")
+            open_pr = create_pr and pr_revision is None
+            try:
+                info = self.api.create_commit(
+                    self.repo_id,
+                    batch,
+                    commit_message=message + suffix,
+                    revision=pr_revision or plan.branch,
+                    create_pr=open_pr,
+                    repo_type=REPO_TYPE,
+                )
+            except HfHubHTTPError as err:
+                raise PublishError(f"cannot commit to {plan.branch!r} of {self.repo_id}: {err}") from err
+            oids.append(info.oid)
+            if open_pr:
+                pr_url, pr_revision = info.pr_url, info.pr_revision
+        return oids, pr_url
+
+
+def publish(
+    build_dir: Path,
+    repo_id: str | None = None,
+    *,
+    api: HfApi,
+    source_root: Path = REPO_ROOT,
+    private: bool = False,
+    create_pr: bool = False,
+    dry_run: bool = False,
+    allow_dirty: bool = False,
+    import_check: bool = True,
+    echo: Callable[[str], None] = print,
+) -> PublishReport:
+    """Publish the build in ``build_dir`` (of the kernel source at ``source_root``) to ``repo_id``.
+
+    ``repo_id`` defaults to build.toml's ``[general.hub] repo-id``. With
+    ``dry_run`` nothing is changed on the Hub (not even the repository or the
+    branch is created); the report then holds what would be done.
+    ``import_check=False`` skips the slowest part of ``check``, importing the
+    build in a fresh interpreter (seconds), for callers that have just
+    imported it themselves; the command line always runs it. ``echo`` receives
+    the progress lines. Raises PublishError (or ConfigError for a bad
+    build.toml) with what went wrong.
+    """
+    build_dir, source_root = Path(build_dir), Path(source_root)
+    variants, version_branch = _read_build(build_dir)
+    if not allow_dirty:
+        _refuse_dirty(variants)
+    _refuse_failing_check(build_dir, source_root, import_check=import_check)
+    if repo_id is None:
+        repo_id = read_config(source_root).repo_id
+        if repo_id is None:
+            raise PublishError(f"{source_root}/build.toml has no [general.hub] repo-id; pass --repo-id")
+
+    hub = _Hub(api, repo_id)
+    if not (dry_run or create_pr):
+        hub.create_repo(private=private)
+    branches = hub.branches()
+    if branches is None:
+        if create_pr:
+            raise PublishError(
+                f"{repo_id} does not exist on {api.endpoint}: a pull request needs an existing repository"
+            )
+        branches = set()  # a dry run against a repository that publishing would create
+    is_new = version_branch not in branches
+    if is_new and not dry_run:
+        hub.create_branch(version_branch, create_pr=create_pr)
+    # A branch that does not exist yet (dry run) would start from main: what it would inherit.
+    inherited_from = MAIN_BRANCH if is_new and dry_run else version_branch
+
+    variant_prefixes = [f"{BUILD_PREFIX}{variant.name}/" for variant in variants]
+    card = render_card(variants, repo_id=hub.repo_id, has_benchmarks=bool(layout.benchmark_scripts(source_root)))
+    plans = [
+        plan_branch(
+            version_branch,
+            _local_version_files(variants, source_root),
+            hub.files(inherited_from, recursive=True),
+            is_new=is_new,
+            stale=lambda path: _is_stale(path, is_new_branch=is_new, variant_prefixes=variant_prefixes),
+        ),
+        plan_branch(
+            MAIN_BRANCH,
+            {README_PATH: card.encode("utf-8")},
+            hub.files(MAIN_BRANCH, recursive=False),
+            is_new=False,
+        ),
+    ]
+    report = PublishReport(repo_id=hub.repo_id, version_branch=version_branch, dry_run=dry_run, plans=plans)
+
+    echo(f"{'dry run: ' if dry_run else ''}publishing {build_dir} to {hub.repo_id} ({api.endpoint})")
+    for plan in plans:
+        echo(plan.summary())
+        if dry_run:
+            for line in plan.changes():
+                echo(line)
+    if dry_run:
+        return report
+    messages = {
+        version_branch: f"Upload the {version_branch} build (geglu-triton)",
+        MAIN_BRANCH: "Update the kernel card",
+    }
+    for plan in plans:
+        if not plan.operation_count:
+            continue
+        oids, pr_url = hub.commit(plan, message=messages[plan.branch], create_pr=create_pr, echo=echo)
+        report.commits[plan.branch] = oids
+        if pr_url is not None:
+            report.pull_requests[plan.branch] = pr_url
+            echo(f"{plan.branch}: pull request opened: {pr_url}")
+    echo("no changes to upload" if not report.changed else f"published {hub.repo_id} {version_branch}")
+    return report
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--build", type=Path, default=REPO_ROOT / "build", help="the build to publish (default: build/)"
+    )
+    parser.add_argument("--repo-id", help="the Hub kernel repository (default: [general.hub] repo-id of build.toml)")
+    parser.add_argument(
+        "--endpoint",
+        default=os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT),
+        help=f"the Hub URL (default: HF_ENDPOINT, else {DEFAULT_ENDPOINT})",
+    )
+    parser.add_argument("--token", help="a Hub token (default: HF_TOKEN, else the stored login); never printed")
+    parser.add_argument("--private", action="store_true", help="create the repository as private")
+    parser.add_argument("--create-pr", action="store_true", help="open pull requests instead of committing")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print what would be uploaded and deleted; change nothing"
+    )
+    parser.add_argument("--allow-dirty", action="store_true", help="publish a build of uncommitted changes")
+
+
+def run(args: argparse.Namespace) -> int:
+    # token=None makes huggingface_hub use HF_TOKEN or the stored login.
+    api = HfApi(endpoint=args.endpoint, token=args.token)
+    try:
+        publish(
+            args.build,
+            args.repo_id,
+            api=api,
+            private=args.private,
+            create_pr=args.create_pr,
+            dry_run=args.dry_run,
+            allow_dirty=args.allow_dirty,
+        )
+    except (PublishError, ConfigError) as err:
+        print(f"publish failed: {err}", file=sys.stderr)
+        return 1
+    return 0
