@@ -1,0 +1,192 @@
+"""The build (``geglu_triton.build``) and its checks (``geglu_triton.check``)."""
+
+from __future__ import annotations
+
+import compileall
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from kernel_sources import copy_kernel_source
+from kernels._rust import Digest, DigestAlgorithm, Metadata
+
+from geglu_triton import layout
+from geglu_triton.build import BuildError, build_variants
+from geglu_triton.buildinfo import read_config
+from geglu_triton.check import check_build
+
+BACKENDS = ("cpu", "cuda", "rocm", "xpu")
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    """A clean, committed copy of the kernel source."""
+    return copy_kernel_source(tmp_path_factory.mktemp("source"))
+
+
+@pytest.fixture(scope="module")
+def good_build(source, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("good-build")
+    build_variants(out, source)
+    return out
+
+
+@pytest.fixture
+def broken(good_build, tmp_path) -> Path:
+    """A copy of the good build, for a test to break."""
+    return Path(shutil.copytree(good_build, tmp_path / "build"))
+
+
+def metadata_of(variant: Path) -> Metadata:
+    return Metadata.read_from_file(variant / layout.METADATA_FILE)
+
+
+def test_every_backend_has_a_complete_variant(good_build, source):
+    package = read_config(source).package_dir
+    package_files = sorted(p.relative_to(package).as_posix() for p in package.rglob("*.py") if p.name != "_ops.py")
+    assert sorted(p.name for p in good_build.iterdir()) == [f"torch-{b}" for b in BACKENDS]
+    for backend in BACKENDS:
+        variant = good_build / f"torch-{backend}"
+        files = layout.shipped_files(variant)
+        assert files == sorted([*package_files, "_ops.py", "metadata.json"])
+
+
+def test_metadata_parses_with_kernels_data_and_names_the_backend_namespace(good_build):
+    for backend in BACKENDS:
+        metadata = metadata_of(good_build / f"torch-{backend}")
+        assert str(metadata.name) == "fused-geglu"
+        assert metadata.version == 1
+        assert str(metadata.backend.backend_type) == backend
+        assert metadata.id.startswith(f"_fused_geglu_{backend}_")
+        assert metadata.python_depends == []
+        assert metadata.provenance.kernel.dirty is False
+
+
+def test_digest_validates_against_the_files(good_build):
+    for variant in layout.discover_variants(good_build):
+        expected = metadata_of(variant).digest
+        expected.validate(Digest.hash_variant(DigestAlgorithm.SHA256, variant))
+        assert "metadata.json" not in expected.files
+
+
+def test_the_same_source_builds_the_same_bytes(source, good_build, tmp_path):
+    build_variants(tmp_path, source)
+    for variant in layout.discover_variants(good_build):
+        for relpath in layout.shipped_files(variant):
+            assert (tmp_path / variant.name / relpath).read_bytes() == (variant / relpath).read_bytes(), relpath
+
+
+def test_rebuilding_leaves_no_stale_file(source, tmp_path):
+    build_variants(tmp_path, source)
+    (tmp_path / "torch-cpu" / "stale.py").write_text("")
+    (tmp_path / "torch-metal").mkdir()
+    (tmp_path / "torch-metal" / "metadata.json").write_text("{}")
+    build_variants(tmp_path, source)
+    assert not (tmp_path / "torch-cpu" / "stale.py").exists()
+    assert not (tmp_path / "torch-metal").exists()
+
+
+def test_uncommitted_changes_to_tracked_files_make_the_id_dirty(tmp_path):
+    source = copy_kernel_source(tmp_path / "source")
+    (source / "untracked.txt").write_text("untracked files do not count\n")
+    clean = metadata_of(build_variants(tmp_path / "clean", source)[0])
+    assert not clean.id.endswith("_dirty")
+
+    layers = source / "torch-ext" / "fused_geglu" / "layers.py"
+    layers.write_text(layers.read_text() + "# an uncommitted change\n")
+    dirty = metadata_of(build_variants(tmp_path / "dirty", source)[0])
+    assert dirty.id == clean.id + "_dirty"
+    assert dirty.provenance.kernel.dirty is True
+    assert dirty.provenance.kernel.commit == clean.provenance.kernel.commit
+
+
+def test_bytecode_in_the_source_never_reaches_the_build(tmp_path):
+    source = copy_kernel_source(tmp_path / "source")
+    package = source / "torch-ext" / "fused_geglu"
+    assert compileall.compile_dir(package, quiet=1, force=True)  # what importing the package leaves behind
+    (package / "stray.pyc").write_bytes(b"")
+    build_variants(tmp_path / "build", source)
+    assert layout.bytecode_paths(tmp_path / "build") == []
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda package: (package / "__init__.py").unlink(), "must contain __init__.py"),
+        (lambda package: (package / "fused_geglu").mkdir(), "must not contain a 'fused_geglu'"),
+    ],
+    ids=["no __init__.py", "nested module directory"],
+)
+def test_the_layout_hook_refuses_a_bad_package(tmp_path, damage, message):
+    source = copy_kernel_source(tmp_path / "source")
+    damage(source / "torch-ext" / "fused_geglu")
+    with pytest.raises(BuildError, match=message):
+        build_variants(tmp_path / "build", source)
+
+
+def test_check_passes_a_good_build_and_imports_it(good_build, source):
+    assert check_build(good_build, source_root=source) == []
+    assert layout.bytecode_paths(good_build) == []  # the import left no bytecode behind
+
+
+def violations_of(build: Path, source: Path) -> list[str]:
+    return [str(v) for v in check_build(build, source_root=source, import_check=False)]
+
+
+def test_check_reports_a_wrong_digest(broken, source):
+    (broken / "torch-cuda" / "ops.py").write_text("# changed after the build\n")
+    assert any(
+        v.startswith("[digest] torch-cuda: File hash mismatch for ops.py") for v in violations_of(broken, source)
+    )
+
+
+def test_check_reports_a_missing_ops_module(broken, source):
+    (broken / "torch-rocm" / "_ops.py").unlink()
+    assert "[layout] torch-rocm/_ops.py: missing" in violations_of(broken, source)
+
+
+def test_check_reports_a_registration_without_the_namespace_prefix(broken, source):
+    init = broken / "torch-cpu" / "layers.py"
+    init.write_text(
+        init.read_text() + '\n\n@torch.library.custom_op("fused_geglu::rogue", mutates_args=())\n'
+        "def rogue(x: torch.Tensor) -> torch.Tensor:\n    return x\n"
+    )
+    found = violations_of(broken, source)
+    assert any(v.startswith("[ops] torch-cpu/layers.py:") and "function rogue: @custom_op(...)" in v for v in found), (
+        found
+    )
+
+
+def test_check_reports_a_version_that_disagrees_with_build_toml(broken, source):
+    path = broken / "torch-xpu" / "metadata.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "version": 2}))
+    assert "[metadata] torch-xpu/metadata.json: version is 2, build.toml says 1" in violations_of(broken, source)
+
+
+def test_check_reports_bytecode(broken, source):
+    (broken / "torch-cpu" / "__pycache__").mkdir()
+    assert "[layout] torch-cpu/__pycache__: Python bytecode must not be part of a build" in violations_of(
+        broken, source
+    )
+
+
+def test_check_reports_an_id_that_is_not_the_ops_namespace(broken, source):
+    path = broken / "torch-cpu" / "metadata.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "id": "_fused_geglu_cpu_0000000"}))
+    assert any(
+        v.startswith("[metadata] torch-cpu/metadata.json: id is '_fused_geglu_cpu_0000000'")
+        for v in violations_of(broken, source)
+    )
+
+
+def test_check_reports_a_build_that_does_not_import(broken, source, tmp_path):
+    # A broken package, with its digest made to match: only the import can tell.
+    for variant in layout.discover_variants(broken):
+        (variant / "__init__.py").write_text("raise ImportError('deliberately broken')\n")
+        path = variant / "metadata.json"
+        data = json.loads(path.read_text())
+        data["digest"]["files"] = layout.digest_files(variant)
+        path.write_text(json.dumps(data))
+    [violation] = check_build(broken, source_root=source)
+    assert violation.check == "import" and "deliberately broken" in violation.message
