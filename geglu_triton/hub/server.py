@@ -8,7 +8,9 @@ Supported: creating repositories, creating and deleting branches, preupload (eve
 "regular", never LFS), NDJSON commits of inline files and deletions, refs, tree listings with
 cursor paging, paths-info, repository info, file downloads (GET and HEAD), organization overviews
 (``trustedKernelPublisher``), whoami and a permissive validate-yaml. Not supported, with a clear
-400: pull requests (``create_pr``), LFS files, other repository types. Tags are never created.
+400: pull requests (``create_pr``), LFS files, other repository types. Tags are never created,
+``Range`` headers are ignored (the whole file is sent, which huggingface_hub handles), and a
+commit without changes is recorded as an empty commit (huggingface_hub itself skips unchanged files).
 
 Errors carry the Hub's ``X-Error-Code`` (RepoNotFound, RevisionNotFound, EntryNotFound), an
 ``X-Error-Message`` header and a ``{"error": ...}`` body, which huggingface_hub turns into its
