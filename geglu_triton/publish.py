@@ -159,9 +159,9 @@ def _refuse_dirty(variants: list[Path]) -> None:
             dirty.append(variant.name)
     reasons = []
     if dirty:
-        reasons.append(f"built from uncommitted changes ({', '.join(dirty)})")
+        reasons.append(f"made from uncommitted changes ({', '.join(dirty)})")
     if unknown:
-        reasons.append(f"built without a known source revision ({', '.join(unknown)})")
+        reasons.append(f"made without a known source revision ({', '.join(unknown)})")
     if reasons:
         raise PublishError(
             f"refusing to publish a build {' and '.join(reasons)}: its recorded revision does not identify "
@@ -237,9 +237,10 @@ class _Hub:
                 ) from err
             if status == 403:
                 raise PublishError(
-                    f"the Hub refuses to create the kernel repository {self.repo_id} (403 Forbidden): this account "
-                    "has no right to publish kernels there. Publishing kernels needs approval; request it at "
-                    f"{KERNEL_ACCESS_URL} with a working built kernel, its source, what it is for and benchmarks"
+                    f"the Hub refuses to create the kernel repository {self.repo_id} (403 Forbidden: "
+                    f"{err.server_message or 'no reason given'}): this account has no right to publish kernels "
+                    f"there. Publishing kernels needs approval; request it at {KERNEL_ACCESS_URL} with a working "
+                    "built kernel, its source, what it is for and benchmarks"
                 ) from err
             raise PublishError(f"cannot create the kernel repository {self.repo_id}: {err}") from err
         self.repo_id = url.repo_id or self.repo_id  # the Hub's spelling of the name

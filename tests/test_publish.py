@@ -273,5 +273,7 @@ def test_variants_disagreeing_on_the_version_are_refused(v1, api, tmp_path):
 
 def test_a_refused_token_gets_a_clear_error(v1, hub):
     wrong = HfApi(endpoint=hub.endpoint, token="hf_not_the_token")
-    with pytest.raises(PublishError, match=r"refuses to create the kernel repository org/forbidden \(403 Forbidden\)"):
+    with pytest.raises(
+        PublishError, match=r"refuses to create the kernel repository org/forbidden \(403 Forbidden: .*invalid token"
+    ):
         publish_quietly(v1, "org/forbidden", wrong)
