@@ -41,10 +41,11 @@ import torch
 import triton
 import triton.language as tl
 
-SQRT_2_OVER_PI = 0.7978845608028654  # sqrt(2 / pi)
-TANH_CUBIC_COEFF = 0.044715
-INV_SQRT_2 = 0.7071067811865476  # 1 / sqrt(2)
-INV_SQRT_2PI = 0.3989422804014327  # 1 / sqrt(2 pi)
+# GELU constants, as constexpr globals so that compiled kernels may read them.
+SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)  # sqrt(2 / pi)
+TANH_CUBIC_COEFF = tl.constexpr(0.044715)
+INV_SQRT_2 = tl.constexpr(0.7071067811865476)  # 1 / sqrt(2)
+INV_SQRT_2PI = tl.constexpr(0.3989422804014327)  # 1 / sqrt(2 pi)
 
 # Offsets past this need 64-bit arithmetic (int32 index math would wrap).
 INT32_OFFSET_LIMIT = 2**31
