@@ -25,7 +25,6 @@ METADATA_FILE = "metadata.json"
 SIGNATURE_FILE = "metadata.json.sigstore"
 OPS_FILE = "_ops.py"
 INIT_FILE = "__init__.py"
-CARD_FILE = "CARD.md"
 BYTECODE_DIR = "__pycache__"
 BENCHMARKS_DIR = "benchmarks"
 VARIANT_PREFIX = "torch-"
@@ -88,10 +87,17 @@ def digest_files(variant_dir: Path) -> dict[str, str]:
     }
 
 
+def is_benchmark_script(name: str) -> bool:
+    """Whether a file of ``benchmarks/`` is a benchmark script (``benchmark*.py``), the ones that are published."""
+    return name.startswith("benchmark") and name.endswith(".py")
+
+
 def benchmark_scripts(source_root: Path) -> list[Path]:
-    """The benchmark scripts that go to the version branch: ``benchmarks/benchmark*.py``, sorted."""
+    """The benchmark scripts of a kernel source, sorted; [] without a ``benchmarks/`` directory."""
     benchmarks = source_root / BENCHMARKS_DIR
-    return sorted(p for p in benchmarks.glob("benchmark*.py") if p.is_file()) if benchmarks.is_dir() else []
+    if not benchmarks.is_dir():
+        return []
+    return sorted(p for p in benchmarks.iterdir() if p.is_file() and is_benchmark_script(p.name))
 
 
 def discover_variants(build_dir: Path) -> list[Path]:

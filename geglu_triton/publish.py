@@ -75,7 +75,7 @@ class BranchPlan:
 
     branch: str
     is_new: bool
-    uploads: dict[str, bytes] = field(default_factory=dict)  # repo path -> content
+    uploads: dict[str, bytes] = field(default_factory=dict, repr=False)  # repo path -> content
     deletions: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
 
@@ -117,6 +117,12 @@ class PublishReport:
     def changed(self) -> bool:
         return any(plan.operation_count for plan in self.plans)
 
+    def __str__(self) -> str:
+        what = "dry run of " if self.dry_run else ""
+        plans = "; ".join(plan.summary() for plan in self.plans)
+        commits = sum(len(oids) for oids in self.commits.values())
+        return f"{what}{self.repo_id} {self.version_branch}: {plans}; {commits} commit(s)"
+
 
 def git_blob_sha1(content: bytes) -> str:
     """The git blob id of a file's content: what the Hub tree lists as ``oid``."""
@@ -129,29 +135,30 @@ def _is_same_content(remote: RepoFile, content: bytes) -> bool:
     return remote.blob_id == git_blob_sha1(content)
 
 
-def _read_build(build_dir: Path) -> tuple[list[Path], str]:
-    """The variants of a build and the branch ``v<version>`` they agree on."""
+def _read_build(build_dir: Path) -> tuple[dict[Path, Metadata], str]:
+    """The variants of a build with their metadata, and the branch ``v<version>`` they agree on."""
     variants = layout.discover_variants(build_dir)
     if not variants:
         raise PublishError(
             f"{build_dir}: no build variants (directories with {layout.METADATA_FILE}); run `build` first"
         )
-    versions = {}
+    metadata = {}
     for variant in variants:
         try:
-            versions[variant.name] = Metadata.read_from_file(variant / layout.METADATA_FILE).version
+            metadata[variant] = Metadata.read_from_file(variant / layout.METADATA_FILE)
         except ValueError as err:
             raise PublishError(f"{variant / layout.METADATA_FILE}: kernels-data cannot parse it: {err}") from err
-    if len(set(versions.values())) > 1:
-        found = ", ".join(f"{name}: {version}" for name, version in sorted(versions.items()))
+    versions = {m.version for m in metadata.values()}
+    if len(versions) > 1:
+        found = ", ".join(f"{variant.name}: {m.version}" for variant, m in metadata.items())
         raise PublishError(f"{build_dir}: the variants disagree on the kernel version ({found}); rebuild the kernel")
-    return variants, f"v{next(iter(versions.values()))}"
+    return metadata, f"v{versions.pop()}"
 
 
-def _refuse_dirty(variants: list[Path]) -> None:
+def _refuse_dirty(metadata: dict[Path, Metadata]) -> None:
     dirty, unknown = [], []
-    for variant in variants:
-        provenance = Metadata.read_from_file(variant / layout.METADATA_FILE).provenance
+    for variant, variant_metadata in metadata.items():
+        provenance = variant_metadata.provenance
         source = provenance.kernel if provenance is not None else None
         if source is None:
             unknown.append(variant.name)
@@ -194,8 +201,7 @@ def _is_stale(path: str, *, is_new_branch: bool, variant_prefixes: list[str]) ->
     if path.startswith(BUILD_PREFIX):
         return is_new_branch or any(path.startswith(prefix) for prefix in variant_prefixes)
     if path.startswith(BENCHMARKS_PREFIX):
-        name = path.rsplit("/", 1)[-1]
-        return is_new_branch or (name.startswith("benchmark") and name.endswith(".py"))
+        return is_new_branch or layout.is_benchmark_script(path.rsplit("/", 1)[-1])
     return False
 
 
@@ -326,9 +332,10 @@ def publish(
     build.toml) with what went wrong.
     """
     build_dir, source_root = Path(build_dir), Path(source_root)
-    variants, version_branch = _read_build(build_dir)
+    metadata, version_branch = _read_build(build_dir)
+    variants = list(metadata)
     if not allow_dirty:
-        _refuse_dirty(variants)
+        _refuse_dirty(metadata)
     _refuse_failing_check(build_dir, source_root, import_check=import_check)
     if repo_id is None:
         repo_id = read_config(source_root).repo_id

@@ -190,3 +190,11 @@ def test_check_reports_a_build_that_does_not_import(broken, source, tmp_path):
         path.write_text(json.dumps(data))
     [violation] = check_build(broken, source_root=source)
     assert violation.check == "import" and "deliberately broken" in violation.message
+
+
+def test_outside_git_the_id_is_a_content_hash_and_there_is_no_source_revision(source, tmp_path):
+    plain = Path(shutil.copytree(source, tmp_path / "plain", ignore=shutil.ignore_patterns(".git")))
+    first = metadata_of(build_variants(tmp_path / "first", plain)[0])
+    again = metadata_of(build_variants(tmp_path / "again", plain)[0])
+    assert first.id.startswith("_fused_geglu_cpu_nogit_") and first.id == again.id
+    assert first.provenance.kernel is None
