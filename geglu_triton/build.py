@@ -173,7 +173,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {variant.name:<12} id {metadata.id}  ({files} files)")
     provenance = metadata.provenance.kernel
     if provenance is None:
-        print("warning: the source is not in a git repository: the build has no source revision", file=sys.stderr)
+        print(
+            "warning: no git revision for the source (not a git repository, no commit yet, or no git): the build "
+            "has no source revision; `publish` refuses such a build unless --allow-dirty",
+            file=sys.stderr,
+        )
     elif provenance.dirty:
         print(
             "warning: built from uncommitted changes (the id ends in _dirty); `publish` refuses such a build "

@@ -12,11 +12,13 @@ ops namespace is the first 7 hex digits of the git tree of ``HEAD``, plus
 submodules do not count). The provenance records the ``HEAD`` commit and that
 dirty flag.
 
-Outside a git repository kernel-builder falls back to a random id. We fall back
-to a content id instead, so that a build stays reproducible: the first 7 hex
-digits of a SHA-256 over build.toml and the package files, with ``nogit_``
-in front so it can never be mistaken for a tree id. Such a build has no kernel
-provenance (its source revision is unknown).
+Without a git revision (not a git repository, a repository without a commit,
+or no git installed) kernel-builder falls back to a random id. We fall back to
+a content id instead, so that a build stays reproducible: the first 7 hex
+digits of a SHA-256 over build.toml and the package files, with ``nogit_`` in
+front so it can never be mistaken for a tree id. Such a build has no kernel
+provenance (its source revision is unknown): ``build`` warns about it and
+``publish`` refuses it unless told otherwise.
 """
 
 from __future__ import annotations
@@ -136,27 +138,26 @@ def _git(root: Path, *args: str) -> str:
 
 
 def git_state(root: Path) -> GitState | None:
-    """The git state of the repository containing ``root``, or None when it is not in one.
+    """The git state of the repository containing ``root``; None without a revision to name.
 
-    Raises RuntimeError when git is not installed or fails on a repository
-    (a corrupt one, or one without any commit): silently building without
-    provenance would hide that.
+    None when ``root`` is not in a git work tree, when the repository has no
+    commit yet, or when git is not installed. Raises RuntimeError when git
+    fails on a repository that has a ``HEAD`` commit (a corrupt one).
     """
     try:
-        inside = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"], capture_output=True, text=True
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--verify", "--quiet", "HEAD"], capture_output=True, text=True
         )
-    except FileNotFoundError as err:
-        raise RuntimeError("git is not installed; it is needed to identify the kernel source") from err
-    if inside.returncode != 0 or inside.stdout.strip() != "true":
+    except FileNotFoundError:
+        return None
+    if head.returncode != 0:
         return None
     try:
-        commit = _git(root, "rev-parse", "HEAD")
         tree = _git(root, "rev-parse", "HEAD^{tree}")
         status = _git(root, "status", "--porcelain", "--untracked-files=no", "--ignore-submodules=all")
     except subprocess.CalledProcessError as err:
         raise RuntimeError(f"git failed in {root}: {err.stderr.strip() or err}") from err
-    return GitState(commit=commit, tree=tree, dirty=bool(status))
+    return GitState(commit=head.stdout.strip(), tree=tree, dirty=bool(status))
 
 
 def _content_id(config: KernelConfig) -> str:

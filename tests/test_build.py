@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from kernel_sources import copy_kernel_source
+from kernel_sources import copy_kernel_source, git
 from kernels._rust import Digest, DigestAlgorithm, Metadata
 
 from geglu_triton import layout
@@ -192,8 +192,11 @@ def test_check_reports_a_build_that_does_not_import(broken, source, tmp_path):
     assert violation.check == "import" and "deliberately broken" in violation.message
 
 
-def test_outside_git_the_id_is_a_content_hash_and_there_is_no_source_revision(source, tmp_path):
+@pytest.mark.parametrize("has_repository", [False, True], ids=["no repository", "repository without a commit"])
+def test_without_a_git_revision_the_id_is_a_content_hash(source, tmp_path, has_repository):
     plain = Path(shutil.copytree(source, tmp_path / "plain", ignore=shutil.ignore_patterns(".git")))
+    if has_repository:
+        git(plain, "init", "-q")
     first = metadata_of(build_variants(tmp_path / "first", plain)[0])
     again = metadata_of(build_variants(tmp_path / "again", plain)[0])
     assert first.id.startswith("_fused_geglu_cpu_nogit_") and first.id == again.id
