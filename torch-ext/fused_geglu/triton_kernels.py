@@ -56,9 +56,11 @@ INT32_OFFSET_LIMIT = 2**31
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 # Launch table (see launch_config): bytes of one tensor that a tile covers,
-# and the narrowest tile (Triton's tl.arange wants a power of two; 16 keeps
-# tiny widths on a sane layout).
-TILE_BYTES = 16384
+# bytes a warp moves per tensor (32 threads x one 16-byte vector), the most
+# warps, and the narrowest tile (tl.arange wants a power of two).
+TILE_BYTES = 4096
+BYTES_PER_WARP = 512
+MAX_WARPS = 8
 MIN_BLOCK_N = 16
 
 
@@ -202,18 +204,20 @@ class LaunchConfig:
 
 
 def launch_config(n_rows: int, n_cols: int, element_size: int) -> LaunchConfig:
-    """Tile shape and warps for a [n_rows, n_cols] problem, from a small table keyed by shape class.
+    """Tile shape and warps for a [n_rows, n_cols] problem.
 
-    The kernels are memory-bound: a tile of TILE_BYTES per tensor gives each of
-    the warps' threads a few 16-byte vectors to keep in flight, and enough
-    tiles to fill every SM once the tensor is past a few MiB. Narrow rows get
-    several rows per tile so that a tile never falls below that size.
+    The kernels are memory-bound. A tile covers TILE_BYTES of each tensor and
+    gets one warp per 512 bytes (up to 8), so every thread moves exactly one
+    16-byte vector per tensor; small tiles mean many programs, which fills
+    the H200's 132 SMs from a few MiB on (benchmarks/tune_launch_config.py:
+    4 KiB tiles with 8 warps led or tied at every size we swept).
+    Narrow rows get several rows per tile so that a tile keeps that size.
     """
     tile_elements = TILE_BYTES // element_size
-    block_n = min(triton.next_power_of_2(n_cols), tile_elements)
-    block_n = max(block_n, MIN_BLOCK_N)
+    block_n = max(MIN_BLOCK_N, min(triton.next_power_of_2(n_cols), tile_elements))
     block_m = max(1, min(triton.next_power_of_2(n_rows), tile_elements // block_n))
-    num_warps = 4 if block_m * block_n * element_size <= 8192 else 8
+    tile_bytes = block_m * block_n * element_size
+    num_warps = max(1, min(MAX_WARPS, tile_bytes // BYTES_PER_WARP))
     return LaunchConfig(block_m, block_n, num_warps)
 
 
