@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import huggingface_hub
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from huggingface_hub.errors import (
     EntryNotFoundError,
@@ -49,6 +50,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.hf_api import RepoFile
 from kernels._rust import Metadata
+from packaging.version import Version
 
 from . import REPO_ROOT, layout
 from .buildinfo import ConfigError, read_config
@@ -63,6 +65,8 @@ BENCHMARKS_PREFIX = f"{layout.BENCHMARKS_DIR}/"
 COMMIT_BATCH_SIZE = 1_000
 DEFAULT_ENDPOINT = "https://huggingface.co"
 KERNEL_ACCESS_URL = "https://huggingface.co/spaces/kernels-community/README/discussions/new"
+# The first release whose create_commit accepts repo_type="kernel" (2.0 to 2.2 reject it).
+MIN_HUGGINGFACE_HUB = Version("2.3")
 
 
 class PublishError(RuntimeError):
@@ -228,6 +232,11 @@ class _Hub:
     """The few Hub calls publishing makes, on a kernel repository, with errors made clear."""
 
     def __init__(self, api: HfApi, repo_id: str) -> None:
+        if Version(huggingface_hub.__version__) < MIN_HUGGINGFACE_HUB:
+            raise PublishError(
+                f"huggingface_hub {huggingface_hub.__version__} cannot commit to kernel repositories; "
+                f"publishing needs huggingface_hub >= {MIN_HUGGINGFACE_HUB}"
+            )
         self.api = api
         self.repo_id = repo_id
 
