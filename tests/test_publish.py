@@ -15,16 +15,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import huggingface_hub
 import pytest
 from huggingface_hub import CommitOperationAdd, HfApi
 from kernel_sources import commit_all, copy_kernel_source
+from packaging.version import Version
 
 from geglu_triton import layout
 from geglu_triton import publish as publish_module
 from geglu_triton.build import build_variants
-from geglu_triton.publish import BranchPlan, PublishError, _Hub, publish
+from geglu_triton.publish import MIN_HUGGINGFACE_HUB, BranchPlan, PublishError, _Hub, publish
 
 REPO = "org/fused-geglu"
+
+pytestmark = pytest.mark.skipif(
+    Version(huggingface_hub.__version__) < MIN_HUGGINGFACE_HUB,
+    reason=f"huggingface_hub {huggingface_hub.__version__} cannot commit to kernel repositories",
+)
 
 
 @pytest.fixture(scope="module")
