@@ -29,10 +29,11 @@ MAX_PRODUCT_ULPS = 2
 #: the interpreter's or CUDA's), is then several fp16 ulps of a result close to
 #: zero. Those tails are checked against float64 instead.
 ULP_CHECK_MAX_ABS_GATE = 3.0
-#: The backward's error may be at most this multiple of eager autograd's error,
+#: Where eager itself is far from float64 (its backward always; a tiny tail
+#: tensor forward), our error may be at most this multiple of eager's error,
 #: plus a floor of two float32 ulps (where both are at rounding level and one
 #: lucky eager element would otherwise set the bar).
-BACKWARD_ERROR_RATIO = 2.0
+ERROR_RATIO_TO_EAGER = 2.0
 BACKWARD_ABS_FLOOR = {torch.float32: 2 * torch.finfo(torch.float32).eps, torch.float16: 0.0, torch.bfloat16: 0.0}
 
 

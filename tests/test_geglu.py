@@ -13,7 +13,7 @@ import torch
 from reference import (
     APPROXIMATIONS,
     BACKWARD_ABS_FLOOR,
-    BACKWARD_ERROR_RATIO,
+    ERROR_RATIO_TO_EAGER,
     DTYPES,
     FORWARD_REL_TOL,
     MAX_GELU_ULPS,
@@ -44,17 +44,20 @@ def _max_ulps_where_well_conditioned(ours, eager, gate) -> int:
 
 def _assert_forward_matches(out, gate, up, approximate):
     assert out.shape == gate.shape and out.dtype == gate.dtype and out.device == gate.device
-    err = rel_error(out, geglu64(gate, up, approximate))
-    assert err <= FORWARD_REL_TOL[gate.dtype], f"relative error {err:.3g} vs float64"
+    exact, eager = geglu64(gate, up, approximate), eager_geglu(gate, up, approximate)
+    err, eager_err = rel_error(out, exact), rel_error(eager, exact)
+    # A tensor of one or two elements deep in a tail is as ill-conditioned for
+    # eager as for us (1 + erf cancels): there, eager's own error sets the bar.
+    bound = max(FORWARD_REL_TOL[gate.dtype], ERROR_RATIO_TO_EAGER * eager_err)
+    assert err <= bound, f"relative error {err:.3g} vs float64 (eager's {eager_err:.3g})"
     if gate.dtype != torch.float32:
-        eager = eager_geglu(gate, up, approximate)
         identical = (out == eager).double().mean().item()
         assert identical >= MIN_IDENTICAL_FRACTION, f"only {identical:.5f} of elements bit-identical to eager"
         assert _max_ulps_where_well_conditioned(out, eager, gate) <= MAX_PRODUCT_ULPS
 
 
 def _assert_backward_matches(grads, gate, up, grad_out, approximate):
-    """Each gradient's error vs float64 is at most BACKWARD_ERROR_RATIO x eager autograd's."""
+    """Each gradient's error vs float64 is at most ERROR_RATIO_TO_EAGER x eager autograd's."""
     gate_e = gate.detach().clone().requires_grad_()
     up_e = up.detach().clone().requires_grad_()
     eager_geglu(gate_e, up_e, approximate).backward(grad_out)
@@ -62,7 +65,7 @@ def _assert_backward_matches(grads, gate, up, grad_out, approximate):
     for name, ours, eager, exact in zip(("gate", "up"), grads, eager_grads, geglu64_grads(gate, up, grad_out, approximate)):
         assert ours.shape == exact.shape and ours.dtype == gate.dtype
         ours_err, eager_err = rel_error(ours, exact), rel_error(eager, exact)
-        bound = BACKWARD_ERROR_RATIO * eager_err + BACKWARD_ABS_FLOOR[gate.dtype]
+        bound = ERROR_RATIO_TO_EAGER * eager_err + BACKWARD_ABS_FLOOR[gate.dtype]
         assert ours_err <= bound, f"grad_{name}: error {ours_err:.3g}, eager's {eager_err:.3g}"
 
 

@@ -1,0 +1,161 @@
+"""Smoke tests of the benchmark tooling: ``bench``, ``profile`` and ``benchmarks/benchmark.py``.
+
+They run the real code path at tiny sizes: on a CPU (under Triton's
+interpreter, as scripts/test.sh sets it) ``--quick`` falls back to the tiny
+grid; on a GPU they ask for it (``--grid tiny``). The numbers are not the
+point; that every figure is produced, positive and checked is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from geglu_triton import REPO_ROOT, bench, profile
+from geglu_triton.benchmarking import accuracy, grid, implementations
+from geglu_triton.benchmarking.timing import MAX_INPUT_SETS, input_set_count
+
+MEASURED = ("median_us", "tb_per_s", "pct_copy_bandwidth", "pct_of_floor", "first_call_s")
+
+
+def _parse(module, argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.fixture(scope="module")
+def bench_run(build_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bench")
+    size = ["--grid", "tiny"] if torch.cuda.is_available() else ["--quick"]
+    assert bench.run(_parse(bench, [*size, "--out", str(out), "--kernel-dir", str(build_dir)])) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(bench_run) -> dict:
+    return json.loads((bench_run / "results.json").read_text())
+
+
+def test_bench_writes_json_markdown_and_plots(bench_run, results):
+    assert set(results) >= {
+        "schema_version", "meta", "ceilings", "byte_model", "tolerances", "grid", "cells", "host", "failures",
+    }  # fmt: skip
+    assert results["meta"]["complete"] and results["meta"]["device"] in ("cpu", "cuda")
+    assert results["grid"]["name"] == "tiny"
+    assert results["ceilings"]["copy"]["tb_per_s"] > 0 and results["ceilings"]["matmul"]["tflop_per_s"] > 0
+    markdown = (bench_run / "results.md").read_text()
+    assert "| workload |" in markdown and "## Every cell" in markdown
+    assert list(bench_run.glob("*.png")), "no plot written"
+
+
+def test_bench_covers_every_workload_and_implementation(results):
+    workloads = {cell["workload"] for cell in results["cells"]}
+    assert workloads == {grid.ACTIVATION_FORWARD, grid.ACTIVATION_FORWARD_BACKWARD, grid.MLP_FORWARD, grid.MLP_FORWARD_BACKWARD}
+    for cell in results["cells"]:
+        expected = implementations.MLP_IMPLEMENTATIONS if cell["workload"].startswith("mlp") else implementations.ACTIVATION_IMPLEMENTATIONS
+        assert set(cell["results"]) == set(expected), cell["title"]
+        assert cell["bytes"] > 0 and cell["floor_us"] > 0
+
+
+def test_bench_figures_are_positive_and_checked(results):
+    for cell in results["cells"]:
+        for name, measurement in cell["results"].items():
+            if name == implementations.LIGER and measurement["status"] != "ok":
+                assert measurement["reason"], "Liger's skip or failure must say why"
+                continue
+            assert measurement["status"] == "ok", (cell["title"], name, measurement["reason"])
+            for key in MEASURED:
+                assert measurement[key] > 0, (cell["title"], name, key)
+            errors, tolerances = measurement["rel_errors"], (
+                accuracy.activation_tolerances(grid.DTYPES[cell["dtype"]])
+                if not cell["workload"].startswith("mlp")
+                else dict.fromkeys(measurement["rel_errors"], accuracy.MLP_REL_TOL[grid.DTYPES[cell["dtype"]]])
+            )
+            expected_outputs = {"out"} | ({"grad_gate", "grad_up"} if cell["workload"] == grid.ACTIVATION_FORWARD_BACKWARD else set())
+            if cell["workload"] == grid.MLP_FORWARD_BACKWARD:
+                expected_outputs |= {"grad_x", "grad_gate_proj", "grad_up_proj", "grad_down_proj"}
+            assert set(errors) == expected_outputs, (cell["title"], name)
+            assert measurement["within_tolerance"], (cell["title"], name, errors)
+            assert all(errors[k] <= tolerances[k] for k in errors)
+        assert set(cell["speedups"]) == set(implementations.OUR_IMPLEMENTATIONS) & set(cell["results"])
+        assert all(ratio > 0 for versus in cell["speedups"].values() for ratio in versus.values())
+
+
+def test_bench_host_side(results):
+    overhead = results["host"]["call_overhead"]["results"]
+    for name in (implementations.EAGER, implementations.OURS, implementations.OURS_CONCAT):
+        assert overhead[name]["status"] == "ok" and overhead[name]["host_loop_us"] > 0
+    recompiles = results["host"]["recompilations"]["results"]
+    counts = len(results["host"]["recompilations"]["token_counts"])
+    assert recompiles["compile_static"]["graphs_compiled"] == counts
+    assert recompiles["ours_direct"]["graphs_compiled"] == 0
+    cold = results["host"]["cold_start"]
+    assert cold["status"] == "ok", cold.get("reason")
+    assert cold["ours_first_forward_s"] > 0 and cold["compile_first_forward_s"] > 0
+
+
+def test_bench_failures_list_only_real_failures(results):
+    for failure in results["failures"]:
+        assert failure["kind"] == "failed" and failure["implementation"] == implementations.LIGER, failure
+
+
+def test_profile_reports_every_stage(build_dir, tmp_path):
+    assert profile.run(_parse(profile, ["--out", str(tmp_path), "--kernel-dir", str(build_dir)])) == 0
+    report = json.loads((tmp_path / "profile.json").read_text())
+    assert [s["stage"] for s in report["stages"]] == [s.name for s in profile.STAGES]
+    for stage in report["stages"]:
+        if stage["stage"] == "mlp-liger" and stage["status"] != "ok":
+            continue
+        assert stage["status"] == "ok", stage
+        assert stage["cpu_ops"], stage["stage"]
+    by_name = {s["stage"]: s for s in report["stages"]}
+    assert any(op.endswith("::geglu") for op in by_name["mlp-ours"]["cpu_ops"])
+    assert "aten::gelu" in by_name["mlp-eager"]["cpu_ops"] and "aten::gelu" not in by_name["mlp-ours"]["cpu_ops"]
+    assert "aten::addmm" in by_name["linear-eager"]["cpu_ops"]
+    if report["device"] == "cpu":
+        assert "need a GPU" in report["note"] and all(s.get("gpu") is None for s in report["stages"])
+    markdown = (tmp_path / "profile.md").read_text()
+    assert "| stage |" in markdown and "mlp-ours" in markdown
+
+
+def test_kernels_benchmark_script_runs_and_verifies(build_dir):
+    """benchmarks/benchmark.py through the `kernels benchmark` runner, against our build."""
+    runner = pytest.importorskip("kernels.cli.benchmark")
+    script = REPO_ROOT / "benchmarks" / "benchmark.py"
+    timings, _ = runner.run_benchmark_script(
+        script, iterations=2, warmup=1, cwd=REPO_ROOT, repo_id=str(build_dir), is_local=True, revision="local"
+    )
+    forms, sizes = 2, 3
+    assert len(timings) == 3 * forms * sizes
+    assert {name.split(".")[0] for name in timings} == {"GegluBenchmark", "GegluConcatBenchmark", "GeluAndMulBenchmark"}
+    assert all(t.verified for t in timings.values())
+
+
+def test_gelu64_derivative_matches_autograd():
+    x = torch.linspace(-8, 8, 1001, dtype=torch.float64, requires_grad=True)
+    for approximate in grid.APPROXIMATIONS:
+        (expected,) = torch.autograd.grad(accuracy.gelu64(x, approximate).sum(), x)
+        assert torch.allclose(accuracy.gelu64_derivative(x.detach(), approximate), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_error_accumulator_flags_nan():
+    assert math.isnan(accuracy.rel_error(torch.tensor([1.0, math.nan]), torch.tensor([1.0, 1.0])))
+    assert not accuracy.within_tolerance({"out": math.nan}, {"out": 1.0})
+
+
+def test_input_sets_rotate_past_the_cache():
+    device = torch.device("cpu")
+    assert input_set_count(device, 1) == MAX_INPUT_SETS
+    assert input_set_count(device, 2**40) == 1
+
+
+def test_compile_subgrid():
+    full = grid.FULL
+    assert full.compiles(torch.bfloat16, 4096, 9216)
+    assert full.compiles(torch.float32, 1024, 16384) and not full.compiles(torch.float32, 4096, 9216)
