@@ -1,0 +1,122 @@
+"""The machine a run measures, the libraries it ran with, and the kernel it loads.
+
+The kernel is loaded as users load it: built into a directory with
+``geglu_triton.build.build_variants`` and imported with
+``kernels.get_local_kernel``, or taken from an existing build (``--kernel-dir``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import platform
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+
+def benchmark_device() -> torch.device:
+    """The first CUDA (or ROCm) GPU when there is one, else the CPU."""
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({platform.processor() or platform.machine()})"
+
+
+def device_slug(device: torch.device) -> str:
+    """A file-name form of the device: ``nvidia-h200``, or ``cpu``."""
+    if device.type != "cuda":
+        return "cpu"
+    return re.sub(r"[^a-z0-9]+", "-", device_name(device).lower()).strip("-")
+
+
+def utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def default_results_dir(device: torch.device) -> Path:
+    """``benchmarks/results/<UTC date>-<device slug>/`` in the repository."""
+    from geglu_triton import REPO_ROOT
+
+    return REPO_ROOT / "benchmarks" / "results" / f"{utc_now():%Y-%m-%d}-{device_slug(device)}"
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of everything whose behaviour the numbers depend on (None: not installed)."""
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": getattr(torch.version, "hip", None),
+        "triton": triton_version,
+        "kernels": _version("kernels"),
+        "liger_kernel": _version("liger_kernel") or _version("liger-kernel"),
+        "transformers": _version("transformers"),
+        "huggingface_hub": _version("huggingface_hub"),
+    }
+
+
+def device_properties(device: torch.device) -> dict:
+    if device.type != "cuda":
+        return {"type": "cpu"}
+    props = torch.cuda.get_device_properties(device)
+    return {
+        "type": "cuda",
+        "multiprocessors": props.multi_processor_count,
+        "memory_bytes": props.total_memory,
+        "l2_cache_bytes": getattr(props, "L2_cache_size", None),
+        "capability": f"{props.major}.{props.minor}",
+    }
+
+
+@dataclass
+class LoadedKernel:
+    """The kernel module and the build directory it was loaded from (kept alive while in use)."""
+
+    module: ModuleType
+    build_dir: Path
+    _temporary: tempfile.TemporaryDirectory | None = None
+
+    def close(self) -> None:
+        if self._temporary is not None:
+            self._temporary.cleanup()
+            self._temporary = None
+
+
+def load_kernel(kernel_dir: Path | None) -> LoadedKernel:
+    """The built kernel from ``kernel_dir``, or built from this checkout into a temporary directory."""
+    from kernels import get_local_kernel
+
+    temporary = None
+    if kernel_dir is None:
+        from geglu_triton.build import build_variants
+
+        temporary = tempfile.TemporaryDirectory(prefix="fused-geglu-bench-build-")
+        kernel_dir = Path(temporary.name)
+        build_variants(kernel_dir)
+    kernel_dir = Path(kernel_dir).resolve()
+    if not kernel_dir.is_dir():
+        raise FileNotFoundError(
+            f"--kernel-dir {kernel_dir} is not a directory (build one with `python -m geglu_triton build`)"
+        )
+    return LoadedKernel(module=get_local_kernel(kernel_dir), build_dir=kernel_dir, _temporary=temporary)

@@ -1,0 +1,195 @@
+"""Timing on the benchmark device: medians, the device's two ceilings, peak memory.
+
+The timer follows ``triton.testing.do_bench``'s method: one call to warm up,
+five to estimate the time, warm-up calls for ``warmup_ms``, then repetitions
+for ``rep_ms``, each preceded by a write over a buffer larger than the L2
+cache and timed alone between two CUDA events; the result is the median.
+It adds one thing do_bench lacks, an untimed ``prepare`` before each
+repetition (Liger's backward overwrites its inputs; ``prepare`` draws fresh
+ones). On a CPU the same loop runs with ``time.perf_counter``.
+
+Callers also rotate among several input sets when one fits in the L2 cache
+(``input_set_count``), so that no repetition reads what the last one left
+in the cache even before the flush.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+#: do_bench's repetition bounds, and ours: at least a few samples for the
+#: median, at most enough to keep tiny kernels from taking seconds of events.
+MIN_REPS = 5
+MAX_REPS = 500
+#: The L2 flush writes this many bytes (do_bench: 256 MB), or 4x the L2 if larger.
+FLUSH_BYTES = 256 * 2**20
+#: Input sets of one cell together exceed this multiple of the L2 cache.
+ROTATION_L2_MULTIPLE = 3
+MAX_INPUT_SETS = 16384
+#: Where the device does not say (and on a CPU, nominally), the cache size to rotate past.
+DEFAULT_GPU_L2_BYTES = 60 * 2**20
+CPU_CACHE_BYTES = 2 * 2**20
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def l2_cache_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or DEFAULT_GPU_L2_BYTES)
+    return CPU_CACHE_BYTES
+
+
+def input_set_count(device: torch.device, bytes_per_set: int) -> int:
+    """How many input sets a cell rotates among: enough that together they exceed 3x the L2 cache."""
+    wanted = math.ceil(ROTATION_L2_MULTIPLE * l2_cache_bytes(device) / max(bytes_per_set, 1))
+    return max(1, min(MAX_INPUT_SETS, wanted))
+
+
+class Timer:
+    """Median seconds of a callable on one device (see the module docstring for the method)."""
+
+    def __init__(self, device: torch.device, warmup_ms: float, rep_ms: float) -> None:
+        self.device = device
+        self.warmup_ms = warmup_ms
+        self.rep_ms = rep_ms
+        self._flush_buffer = None
+        if device.type == "cuda":
+            flush_bytes = max(FLUSH_BYTES, 4 * l2_cache_bytes(device))
+            self._flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
+
+    @property
+    def method(self) -> str:
+        if self.device.type == "cuda":
+            return (
+                f"CUDA events around each call, L2 flushed before each, median; warm-up {self.warmup_ms} ms, "
+                f"repetitions for {self.rep_ms} ms ({MIN_REPS}..{MAX_REPS})"
+            )
+        return (
+            f"time.perf_counter around each call, median; warm-up {self.warmup_ms} ms, repetitions for {self.rep_ms} ms"
+        )
+
+    def _mark(self):
+        if self.device.type == "cuda":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def _seconds_between(self, start, end) -> float:
+        if self.device.type == "cuda":
+            return start.elapsed_time(end) / 1e3
+        return end - start
+
+    def _flush(self) -> None:
+        if self._flush_buffer is not None:
+            self._flush_buffer.zero_()
+
+    def median_s(self, fn: Callable[[], object], prepare: Optional[Callable[[], None]] = None) -> float:
+        if prepare is not None:
+            prepare()
+        fn()
+        synchronize(self.device)
+        start = self._mark()
+        for _ in range(5):
+            if prepare is not None:
+                prepare()
+            self._flush()
+            fn()
+        end = self._mark()
+        synchronize(self.device)
+        estimate_ms = max(self._seconds_between(start, end) / 5 * 1e3, 1e-6)
+        for _ in range(max(1, int(self.warmup_ms / estimate_ms))):
+            fn()
+        reps = max(MIN_REPS, min(MAX_REPS, int(self.rep_ms / estimate_ms)))
+        marks = []
+        for _ in range(reps):
+            if prepare is not None:
+                prepare()
+            self._flush()
+            start = self._mark()
+            fn()
+            marks.append((start, self._mark()))
+        synchronize(self.device)
+        return statistics.median(self._seconds_between(s, e) for s, e in marks)
+
+
+@dataclass(frozen=True)
+class CopyCeiling:
+    """Bytes read plus written per second by a large device-to-device copy."""
+
+    bytes_copied: int
+    seconds: float
+
+    @property
+    def bytes_per_s(self) -> float:
+        return 2 * self.bytes_copied / self.seconds
+
+
+@dataclass(frozen=True)
+class MatmulCeiling:
+    """FLOP per second of one large square matrix product on random data."""
+
+    n: int
+    dtype: str
+    seconds: float
+
+    @property
+    def flop_per_s(self) -> float:
+        return 2 * self.n**3 / self.seconds
+
+
+def measure_copy_ceiling(timer: Timer, nbytes: int) -> CopyCeiling:
+    src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=timer.device)
+    dst = torch.empty_like(src)
+    seconds = timer.median_s(lambda: dst.copy_(src))
+    return CopyCeiling(bytes_copied=nbytes, seconds=seconds)
+
+
+def measure_matmul_ceiling(timer: Timer, n: int, dtype: torch.dtype, dtype_label: str) -> MatmulCeiling:
+    a = torch.randn(n, n, device=timer.device, dtype=dtype)
+    b = torch.randn(n, n, device=timer.device, dtype=dtype)
+    seconds = timer.median_s(lambda: a @ b)
+    return MatmulCeiling(n=n, dtype=dtype_label, seconds=seconds)
+
+
+def peak_memory_of_call(device: torch.device, fn: Callable[[], object]) -> tuple[object, Optional[int]]:
+    """``fn()``'s result and the device memory it needed beyond what was allocated before (None on a CPU).
+
+    The peak of ``torch.cuda.max_memory_allocated`` after a reset, less the
+    allocation before the call: outputs, saved activations and temporaries.
+    """
+    if device.type != "cuda":
+        return fn(), None
+    synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    result = fn()
+    synchronize(device)
+    return result, torch.cuda.max_memory_allocated(device) - before
+
+
+class Deadline:
+    """The run's time budget: past it, remaining cells are skipped with a reason instead of run."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.budget_s = budget_s
+        self._start = time.perf_counter()
+
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self._start
+
+    def exceeded(self) -> bool:
+        return self.elapsed_s() > self.budget_s
+
+    @property
+    def reason(self) -> str:
+        return f"the run's time budget of {self.budget_s:.0f} s was spent (raise it with --time-budget-s)"
