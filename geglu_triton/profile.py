@@ -1,0 +1,293 @@
+"""``python -m geglu_triton profile``: what each GeGLU MLP stage launches, by torch.profiler.
+
+Stages, each a forward pass (inference, ``torch.no_grad``) on the same input:
+
+  linear-eager           nn.Linear with bias, eager
+  linear-compiled        the same, torch.compile
+  mlp-eager-bias         a Gemma-style GeGLU MLP whose projections have a bias, eager
+  mlp-eager              the Gemma-style MLP (no bias, as Gemma), eager
+  mlp-compiled           the same, torch.compile
+  mlp-liger              Liger's LigerGEGLUMLP on the same weights (when installed)
+  mlp-ours               the kernel's layers.GeGLUMLP.forward bound to the Gemma-style module
+
+For each: the GPU kernels launched (name, count and time per forward), the
+CPU-side ops (``aten::t``, ``aten::addmm``, ``aten::mm``, ``aten::gelu``,
+``aten::mul``, ...) and, where there is a bias, whether it was folded into
+the GEMM (``addmm``) or added by a kernel of its own. A closing table has one
+row per stage, with what changed from the stage before. Written as
+``profile.md`` and ``profile.json``. Without a GPU it reports the CPU side only
+(and says so); compiled stages then use the ``aot_eager`` backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .benchmarking import environment, implementations, modules
+from .benchmarking.grid import GEMMA_2B, TINY_MLP, MLPModel, dtype_name
+from .benchmarking.timing import synchronize
+from .benchmarking.workloads import failure_text
+
+#: Forward passes profiled per stage (figures are per forward), after WARMUP_CALLS unprofiled ones.
+PROFILED_CALLS = 5
+WARMUP_CALLS = 3
+SIZES = {"cuda": (GEMMA_2B, 1024), "cpu": (TINY_MLP, 5)}
+DTYPE = torch.bfloat16
+NO_GPU_NOTE = "GPU kernels need a GPU: this run had none, so only the CPU side (ops and their counts) is reported"
+
+#: GPU kernel name patterns -> category, first match wins.
+KERNEL_CATEGORIES = (
+    ("ours", re.compile(r"geglu_(forward|backward)_kernel")),
+    ("liger", re.compile(r"_geglu_tanh_")),
+    ("inductor", re.compile(r"^triton_")),
+    ("gemm", re.compile(r"gemm|gemv|nvjet|cutlass|xmma|cublas|sm\d+_", re.IGNORECASE)),
+    ("copy/fill", re.compile(r"memcpy|memset|copy|fill", re.IGNORECASE)),
+)
+
+
+#: CPU-side driver and runtime calls that launch a kernel.
+RUNTIME_LAUNCH = re.compile(
+    r"^(cudaLaunchKernel|cuLaunchKernel|cudaLaunchKernelExC|cuLaunchKernelEx|hipLaunchKernel|hipModuleLaunchKernel)"
+)
+
+
+def kernel_category(name: str) -> str:
+    return next((category for category, pattern in KERNEL_CATEGORIES if pattern.search(name)), "elementwise/other")
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    description: str
+    bias: bool
+    #: (module with the stage's weights, kernel, device) -> the forward to profile.
+    build: Callable[[torch.nn.Module, object, torch.device], Callable[[torch.Tensor], torch.Tensor]]
+
+
+def _linear_of(module: modules.GemmaStyleMLP) -> torch.nn.Module:
+    return module.gate_proj
+
+
+STAGES = (
+    Stage("linear-eager", "nn.Linear (hidden -> intermediate) with bias, eager", True, lambda m, k, d: _linear_of(m)),
+    Stage(
+        "linear-compiled",
+        "the same nn.Linear, torch.compile",
+        True,
+        lambda m, k, d: implementations.fresh_compile(_linear_of(m), d),
+    ),
+    Stage("mlp-eager-bias", "GeGLU MLP, projections with bias, eager", True, lambda m, k, d: m),
+    Stage("mlp-eager", "Gemma-style GeGLU MLP (no bias), eager", False, lambda m, k, d: m),
+    Stage(
+        "mlp-compiled", "the Gemma-style MLP, torch.compile", False, lambda m, k, d: implementations.fresh_compile(m, d)
+    ),
+    Stage("mlp-liger", "Liger's LigerGEGLUMLP on the same weights", False, lambda m, k, d: modules.liger_mlp(m)),
+    Stage(
+        "mlp-ours",
+        "the kernel's layers.GeGLUMLP.forward on the Gemma-style module",
+        False,
+        lambda m, k, d: modules.fused_forward(m, k),
+    ),
+)
+
+
+def _bias_verdict(stage: Stage, cpu_ops: Counter, addmm_copies: int, kernels: dict) -> str:
+    if not stage.bias:
+        return "no bias"
+    if cpu_ops.get("aten::addmm"):
+        if addmm_copies:
+            return "in the GEMM call (aten::addmm): the bias is broadcast-copied into the output, the GEMM accumulates onto it"
+        return "folded into the GEMM (aten::addmm; on CUDA the cuBLASLt bias epilogue)"
+    if any(info["category"] == "inductor" for info in kernels.values()):
+        return "aten::mm, and the bias add fused by Inductor into a Triton kernel"
+    if cpu_ops.get("aten::add") or cpu_ops.get("aten::add_"):
+        return "a separate add after the GEMM (aten::mm + aten::add)"
+    return "not determined from the trace"
+
+
+def _profile_stage(stage: Stage, model: MLPModel, tokens: int, kernel, device: torch.device) -> dict:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    module = modules.GemmaStyleMLP(model.hidden, model.intermediate, bias=stage.bias, device=device, dtype=DTYPE)
+    module.requires_grad_(False)
+    x = torch.randn(tokens, model.hidden, device=device, dtype=DTYPE)
+    forward = stage.build(module, kernel, device)
+    with torch.no_grad():
+        for _ in range(WARMUP_CALLS):
+            forward(x)
+        synchronize(device)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        with profile(activities=activities) as prof:
+            for _ in range(PROFILED_CALLS):
+                forward(x)
+            synchronize(device)
+
+    kernels: dict[str, dict] = {}
+    cpu_ops: Counter = Counter()
+    launch_calls = 0
+    addmm_copies = 0
+    for event in prof.events():
+        if event.device_type == DeviceType.CUDA:
+            info = kernels.setdefault(event.name, {"category": kernel_category(event.name), "calls": 0, "us": 0.0})
+            info["calls"] += 1
+            info["us"] += float(event.time_range.elapsed_us())
+        elif RUNTIME_LAUNCH.match(event.name):
+            launch_calls += 1
+        elif "::" in event.name:  # aten ops and custom ops (ours: <namespace>::geglu)
+            cpu_ops[event.name] += 1
+            parent = getattr(event, "cpu_parent", None)
+            if event.name == "aten::copy_" and parent is not None and parent.name == "aten::addmm":
+                addmm_copies += 1
+    per_call = lambda value: value / PROFILED_CALLS  # noqa: E731
+    gpu = None
+    if device.type == "cuda":
+        gpu = {
+            "kernels": [
+                {
+                    "name": name,
+                    "category": info["category"],
+                    "calls": per_call(info["calls"]),
+                    "us": per_call(info["us"]),
+                }
+                for name, info in sorted(kernels.items(), key=lambda kv: -kv[1]["us"])
+            ],
+            "launches": per_call(sum(info["calls"] for info in kernels.values())),
+            "us": per_call(sum(info["us"] for info in kernels.values())),
+            "by_category": {},
+        }
+        for info in kernels.values():
+            gpu["by_category"][info["category"]] = gpu["by_category"].get(info["category"], 0) + per_call(info["calls"])
+    return {
+        "stage": stage.name,
+        "description": stage.description,
+        "status": "ok",
+        "gpu": gpu,
+        "cpu_ops": {name: per_call(count) for name, count in sorted(cpu_ops.items())},
+        "cpu_launch_calls": per_call(launch_calls) if device.type == "cuda" else None,
+        "bias": _bias_verdict(stage, cpu_ops, addmm_copies, kernels),
+    }
+
+
+def _stage_record(stage: Stage, model: MLPModel, tokens: int, kernel, device: torch.device) -> dict:
+    try:
+        return _profile_stage(stage, model, tokens, kernel, device)
+    except ImportError as err:
+        return {"stage": stage.name, "description": stage.description, "status": "skipped", "reason": str(err)}
+    except Exception as err:
+        return {"stage": stage.name, "description": stage.description, "status": "failed", "reason": failure_text(err)}
+
+
+def _ops_change(previous: dict | None, current: dict) -> str:
+    if previous is None:
+        return "–"
+    before, after = previous["cpu_ops"], current["cpu_ops"]
+    added = [f"+{name} ×{after[name]:g}" for name in after if name not in before]
+    removed = [f"−{name}" for name in before if name not in after]
+    changed = [
+        f"{name} {before[name]:g}→{after[name]:g}" for name in after if name in before and before[name] != after[name]
+    ]
+    return ", ".join(added + removed + changed) or "same ops"
+
+
+def summary_markdown(report: dict) -> str:
+    gpu = report["device"] == "cuda"
+    lines = [
+        f"# GeGLU MLP stages under torch.profiler on {report['device_name']}",
+        "",
+        f"{report['model']} MLP (hidden {report['hidden']}, intermediate {report['intermediate']}), "
+        f"{report['tokens']} tokens, {report['dtype']}, forward only, figures per forward "
+        f"(mean of {PROFILED_CALLS}). {report['date_utc']}.",
+        "",
+    ]
+    if not gpu:
+        lines += [f"**{NO_GPU_NOTE}.**", ""]
+    lines += [
+        "| stage | GPU kernels / forward | Δ vs previous | GPU µs / forward | kernels by category | CPU ops vs previous stage | bias |",
+        "| --- | ---: | ---: | ---: | --- | --- | --- |",
+    ]
+    previous = None
+    for record in report["stages"]:
+        if record["status"] != "ok":
+            lines.append(f"| {record['stage']} | {record['status']}: {record['reason']} | | | | | |")
+            continue
+        if gpu:
+            launches = record["gpu"]["launches"]
+            delta = f"{launches - previous['gpu']['launches']:+g}" if previous else "–"
+            figures = f"{launches:g} | {delta} | {record['gpu']['us']:.1f} | " + ", ".join(
+                f"{c} {n:g}" for c, n in record["gpu"]["by_category"].items()
+            )
+        else:
+            figures = "n/a (needs a GPU) | | |"
+        lines.append(f"| {record['stage']} | {figures} | {_ops_change(previous, record)} | {record['bias']} |")
+        previous = record
+    lines += ["", "## Each stage", ""]
+    for record in report["stages"]:
+        lines += [f"### {record['stage']}: {record['description']}", ""]
+        if record["status"] != "ok":
+            lines += [f"{record['status']}: {record['reason']}", ""]
+            continue
+        if gpu:
+            lines += ["| GPU kernel | category | calls | µs |", "| --- | --- | ---: | ---: |"]
+            lines += [
+                f"| `{k['name'][:120]}` | {k['category']} | {k['calls']:g} | {k['us']:.1f} |"
+                for k in record["gpu"]["kernels"]
+            ]
+            lines.append("")
+        lines.append(
+            "CPU ops per forward: " + ", ".join(f"`{name}` ×{count:g}" for name, count in record["cpu_ops"].items())
+        )
+        lines += ["", f"Bias: {record['bias']}.", ""]
+    return "\n".join(lines) + "\n"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, help="output directory (default: benchmarks/results/<date>-<device>/)")
+    parser.add_argument(
+        "--kernel-dir", type=Path, help="an existing build (default: build this checkout into a temp dir)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    device = environment.benchmark_device()
+    model, tokens = SIZES[device.type]
+    out_dir = args.out or environment.default_results_dir(device)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    loaded = environment.load_kernel(args.kernel_dir)
+    try:
+        stages = []
+        for stage in STAGES:
+            print(f"profile: {stage.name} ...", flush=True)
+            stages.append(_stage_record(stage, model, tokens, loaded.module, device))
+    finally:
+        loaded.close()
+    report = {
+        "date_utc": environment.utc_now().isoformat(timespec="seconds"),
+        "device": device.type,
+        "device_name": environment.device_name(device),
+        "versions": environment.versions(),
+        "model": model.name,
+        "hidden": model.hidden,
+        "intermediate": model.intermediate,
+        "tokens": tokens,
+        "dtype": dtype_name(DTYPE),
+        "profiled_calls": PROFILED_CALLS,
+        "compile_backend": implementations.compile_backend(device),
+        "note": None if device.type == "cuda" else NO_GPU_NOTE,
+        "stages": stages,
+    }
+    (out_dir / "profile.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    markdown = summary_markdown(report)
+    (out_dir / "profile.md").write_text(markdown, encoding="utf-8")
+    print(markdown.split("\n## Each stage")[0], flush=True)
+    print(f"wrote profile.json and profile.md in {out_dir}", flush=True)
+    return 0
