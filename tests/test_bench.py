@@ -56,9 +56,18 @@ def test_bench_writes_json_markdown_and_plots(bench_run, results):
 
 def test_bench_covers_every_workload_and_implementation(results):
     workloads = {cell["workload"] for cell in results["cells"]}
-    assert workloads == {grid.ACTIVATION_FORWARD, grid.ACTIVATION_FORWARD_BACKWARD, grid.MLP_FORWARD, grid.MLP_FORWARD_BACKWARD}
+    assert workloads == {
+        grid.ACTIVATION_FORWARD,
+        grid.ACTIVATION_FORWARD_BACKWARD,
+        grid.MLP_FORWARD,
+        grid.MLP_FORWARD_BACKWARD,
+    }
     for cell in results["cells"]:
-        expected = implementations.MLP_IMPLEMENTATIONS if cell["workload"].startswith("mlp") else implementations.ACTIVATION_IMPLEMENTATIONS
+        expected = (
+            implementations.MLP_IMPLEMENTATIONS
+            if cell["workload"].startswith("mlp")
+            else implementations.ACTIVATION_IMPLEMENTATIONS
+        )
         assert set(cell["results"]) == set(expected), cell["title"]
         assert cell["bytes"] > 0 and cell["floor_us"] > 0
 
@@ -72,12 +81,17 @@ def test_bench_figures_are_positive_and_checked(results):
             assert measurement["status"] == "ok", (cell["title"], name, measurement["reason"])
             for key in MEASURED:
                 assert measurement[key] > 0, (cell["title"], name, key)
-            errors, tolerances = measurement["rel_errors"], (
-                accuracy.activation_tolerances(grid.DTYPES[cell["dtype"]])
-                if not cell["workload"].startswith("mlp")
-                else dict.fromkeys(measurement["rel_errors"], accuracy.MLP_REL_TOL[grid.DTYPES[cell["dtype"]]])
+            errors, tolerances = (
+                measurement["rel_errors"],
+                (
+                    accuracy.activation_tolerances(grid.DTYPES[cell["dtype"]])
+                    if not cell["workload"].startswith("mlp")
+                    else dict.fromkeys(measurement["rel_errors"], accuracy.MLP_REL_TOL[grid.DTYPES[cell["dtype"]]])
+                ),
             )
-            expected_outputs = {"out"} | ({"grad_gate", "grad_up"} if cell["workload"] == grid.ACTIVATION_FORWARD_BACKWARD else set())
+            expected_outputs = {"out"} | (
+                {"grad_gate", "grad_up"} if cell["workload"] == grid.ACTIVATION_FORWARD_BACKWARD else set()
+            )
             if cell["workload"] == grid.MLP_FORWARD_BACKWARD:
                 expected_outputs |= {"grad_x", "grad_gate_proj", "grad_up_proj", "grad_down_proj"}
             assert set(errors) == expected_outputs, (cell["title"], name)
