@@ -223,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
             deadline=deadline,
         )
         results = _new_results(ctx, loaded, names)
+        results["meta"]["compiler_warm_up_s"] = implementations.warm_up_compiler(device)
         _run_plan(ctx, loaded, names, results, json_path)
         results["meta"]["complete"] = True
         results["meta"]["elapsed_s"] = deadline.elapsed_s()

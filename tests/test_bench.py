@@ -17,8 +17,15 @@ import pytest
 import torch
 
 from geglu_triton import REPO_ROOT, bench, profile
-from geglu_triton.benchmarking import accuracy, grid, implementations
-from geglu_triton.benchmarking.timing import MAX_INPUT_SETS, input_set_count
+from geglu_triton.benchmarking import accuracy, grid, implementations, workloads
+from geglu_triton.benchmarking.timing import (
+    MAX_INPUT_SETS,
+    CopyCeiling,
+    Deadline,
+    MatmulCeiling,
+    Timer,
+    input_set_count,
+)
 
 MEASURED = ("median_us", "tb_per_s", "pct_copy_bandwidth", "pct_of_floor", "first_call_s")
 
@@ -173,3 +180,42 @@ def test_compile_subgrid():
     full = grid.FULL
     assert full.compiles(torch.bfloat16, 4096, 9216)
     assert full.compiles(torch.float32, 1024, 16384) and not full.compiles(torch.float32, 4096, 9216)
+
+
+class _GradientsIntoInputs(torch.autograd.Function):
+    """GeGLU whose backward stores the gradients into its inputs' memory, as Liger's does."""
+
+    @staticmethod
+    def forward(ctx, gate, up):
+        ctx.save_for_backward(gate, up)
+        return torch.nn.functional.gelu(gate, approximate="tanh") * up
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        gate, up = ctx.saved_tensors
+        grad_up = grad_out * torch.nn.functional.gelu(gate, approximate="tanh")
+        grad_gate = torch.ops.aten.gelu_backward(grad_out * up, gate, approximate="tanh")
+        gate.data.copy_(grad_gate)
+        up.data.copy_(grad_up)
+        return gate, up
+
+
+def test_inputs_a_backward_overwrites_are_checked_as_given(kernel, monkeypatch):
+    """Liger's in-place backward: the check compares with the inputs the call was given, not what it left."""
+    monkeypatch.setattr(implementations, "_liger_gelu_mul", lambda: _GradientsIntoInputs.apply)
+    device = torch.device("cpu")
+    ctx = workloads.Context(
+        device=device,
+        timer=Timer(device, warmup_ms=1, rep_ms=1),
+        kernel=kernel,
+        grid=grid.TINY,
+        copy=CopyCeiling(bytes_copied=2**20, seconds=1e-3),
+        matmul=MatmulCeiling(n=64, dtype="fp32", seconds=1e-3),
+        memory_budget_bytes=2**30,
+        deadline=Deadline(600),
+    )
+    cell = workloads.ActivationBench(ctx, 5, 33, torch.float32, "tanh", backward=True)
+    cell.implementations = (implementations.LIGER,)
+    liger = workloads.measure_cell(cell)["results"][implementations.LIGER]
+    assert liger["status"] == "ok", liger["reason"]
+    assert liger["within_tolerance"], liger["rel_errors"]

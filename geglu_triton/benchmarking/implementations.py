@@ -17,6 +17,7 @@ reason as "skipped". Any other exception is recorded as a failure.
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import torch
@@ -82,6 +83,20 @@ def eager_activation(approximate: str) -> Callable[[torch.Tensor, torch.Tensor],
         return F.gelu(gate, approximate=approximate) * up
 
     return eager_geglu
+
+
+def warm_up_compiler(device: torch.device) -> float:
+    """Seconds of a first, throwaway compile: Inductor's imports and worker start-up, paid once per process.
+
+    Done before any cell, so that no cell's compile time includes it.
+    """
+    start = time.perf_counter()
+    compiled = fresh_compile(eager_activation("tanh"), device)
+    x = torch.randn(8, 8, device=device)
+    compiled(x, x)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
 
 
 def _liger_gelu_mul() -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:

@@ -221,6 +221,12 @@ def _host_markdown(host: dict) -> list[str]:
             lines.append(
                 f"| {_md(LABELS[name])} | {r['host_loop_us']:.1f} | {_us(r.get('graph_replay_us'))} | {_us(r.get('host_added_us'))} |"
             )
+        captures = [
+            f"{LABELS[n]}: {r['graph_replay_error']}"
+            for n, r in overhead["results"].items()
+            if "graph_replay_error" in r
+        ]
+        lines += ["", *(f"CUDA graph capture failed for {text}" for text in captures)]
         lines.append("")
     recompiles = host.get("recompilations")
     if recompiles and "results" in recompiles:

@@ -320,16 +320,15 @@ def measure_cell(bench: CellBench) -> dict:
     except Exception as err:  # out of memory, most likely: the whole cell fails, the run goes on
         failure = Measurement(status="failed", reason=f"allocating the inputs: {failure_text(err)}")
         record["results"] = {name: asdict(failure) for name in bench.implementations}
-        bench.release()
-        _release_device_memory(ctx.device)
-        return record
-    for name in bench.implementations:
-        try:
-            measurement = _measure(bench, name, sets)
-        except Exception as err:
-            measurement = Measurement(status="failed", reason=failure_text(err))
-            _release_device_memory(ctx.device)
-        record["results"][name] = asdict(measurement)
+    else:
+        for name in bench.implementations:
+            try:
+                measurement = _measure(bench, name, sets)
+            except Exception as err:
+                measurement = Measurement(status="failed", reason=failure_text(err))
+            if measurement.status == "failed":  # after the except block: its traceback held the tensors
+                _release_device_memory(ctx.device)
+            record["results"][name] = asdict(measurement)
     bench.release()
     _release_device_memory(ctx.device)
     record["speedups"] = speedups(record["results"])
