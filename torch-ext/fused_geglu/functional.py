@@ -1,4 +1,9 @@
-"""The kernel's public functions: validated, differentiable entry points to the ops."""
+"""The kernel's public functions: validated, differentiable entry points to the ops.
+
+Under torch.compile they call the registered ops (opaque to Dynamo, with fake
+and autograd registrations); in eager mode the same implementations directly
+(see the eager path in ops.py).
+"""
 
 from __future__ import annotations
 
@@ -22,7 +27,11 @@ def geglu(gate: torch.Tensor, up: torch.Tensor, *, approximate: str = "tanh") ->
         A new contiguous tensor of the shape of ``gate``.
     """
     check_gate_up(gate, up, approximate)
-    return ops.geglu(gate, up, approximate)
+    if torch.compiler.is_compiling():
+        return ops.geglu(gate, up, approximate)
+    if torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad):
+        return ops.GeGLUFunction.apply(gate, up, approximate)
+    return ops.geglu_impl(gate, up, approximate)
 
 
 def geglu_concat(x: torch.Tensor, *, approximate: str = "tanh") -> torch.Tensor:
@@ -32,14 +41,21 @@ def geglu_concat(x: torch.Tensor, *, approximate: str = "tanh") -> torch.Tensor:
     ``x`` with its last dimension halved.
     """
     check_concat(x, approximate)
-    return ops.geglu_concat(x, approximate)
+    if torch.compiler.is_compiling():
+        return ops.geglu_concat(x, approximate)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return ops.GeGLUConcatFunction.apply(x, approximate)
+    return ops.geglu_concat_impl(x, approximate)
 
 
 def _gelu_and_mul_into(out: torch.Tensor, x: torch.Tensor, approximate: str) -> torch.Tensor:
     check_concat(x, approximate)
     check_out(out, concat_output_shape(x), x)
     check_no_overlap(out, x)
-    ops.geglu_concat_out(out, x, approximate)
+    if torch.compiler.is_compiling():
+        ops.geglu_concat_out(out, x, approximate)
+    else:
+        ops.geglu_concat_out_impl(out, x, approximate)
     return out
 
 

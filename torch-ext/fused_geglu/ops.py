@@ -10,7 +10,8 @@ device:
 - CPU tensors under ``TRITON_INTERPRET=1``: the same Triton kernels, interpreted;
 - other CPU tensors (or no triton installed): the PyTorch fallback.
 
-Ops (inputs are validated by the public functions in ``functional.py``):
+Ops (inputs are validated by the public functions in ``functional.py``, which
+call them under torch.compile and their implementations directly in eager mode):
   geglu(gate, up, approximate) -> out
   geglu_backward(grad_out, gate, up, approximate) -> (grad_gate, grad_up)
   geglu_concat(x, approximate) -> out                  x = [gate | up]
@@ -98,14 +99,46 @@ def _halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x[..., :half], x[..., half:]
 
 
-# --- separate gate and up ---------------------------------------------------
+# --- implementations, shared by the registered ops and the eager Functions ---
+
+
+def geglu_impl(gate: torch.Tensor, up: torch.Tensor, approximate: str) -> torch.Tensor:
+    out = gate.new_empty(gate.shape)
+    _forward_into(gate, up, out, approximate)
+    return out
+
+
+def geglu_backward_impl(grad_out, gate, up, approximate: str) -> tuple[torch.Tensor, torch.Tensor]:
+    grad_gate, grad_up = gate.new_empty(gate.shape), up.new_empty(up.shape)
+    _backward_into(grad_out, gate, up, grad_gate, grad_up, approximate)
+    return grad_gate, grad_up
+
+
+def geglu_concat_impl(x: torch.Tensor, approximate: str) -> torch.Tensor:
+    out = x.new_empty(concat_output_shape(x))
+    _forward_into(*_halves(x), out, approximate)
+    return out
+
+
+def geglu_concat_backward_impl(grad_out, x, approximate: str) -> torch.Tensor:
+    grad_x = x.new_empty(x.shape)
+    _backward_into(grad_out, *_halves(x), *_halves(grad_x), approximate)
+    return grad_x
+
+
+def geglu_concat_out_impl(out: torch.Tensor, x: torch.Tensor, approximate: str) -> None:
+    if _row_view(out) is not None:
+        _forward_into(*_halves(x), out, approximate)
+    else:  # a layout the kernels cannot write through: compute, then copy in
+        out.copy_(geglu_concat_impl(x, approximate))
+
+
+# --- registered ops: what torch.compile, export and opcheck see -------------
 
 
 @torch.library.custom_op(add_op_namespace_prefix("geglu"), mutates_args=())
 def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str) -> torch.Tensor:
-    out = gate.new_empty(gate.shape)
-    _forward_into(gate, up, out, approximate)
-    return out
+    return geglu_impl(gate, up, approximate)
 
 
 @geglu.register_fake
@@ -117,9 +150,7 @@ def _(gate, up, approximate):
 def geglu_backward(
     grad_out: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, approximate: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    grad_gate, grad_up = gate.new_empty(gate.shape), up.new_empty(up.shape)
-    _backward_into(grad_out, gate, up, grad_gate, grad_up, approximate)
-    return grad_gate, grad_up
+    return geglu_backward_impl(grad_out, gate, up, approximate)
 
 
 @geglu_backward.register_fake
@@ -142,14 +173,9 @@ def _geglu_autograd(ctx, grad_out):
 geglu.register_autograd(_geglu_autograd, setup_context=_geglu_setup_context)
 
 
-# --- concatenated [gate | up] -----------------------------------------------
-
-
 @torch.library.custom_op(add_op_namespace_prefix("geglu_concat"), mutates_args=())
 def geglu_concat(x: torch.Tensor, approximate: str) -> torch.Tensor:
-    out = x.new_empty(concat_output_shape(x))
-    _forward_into(*_halves(x), out, approximate)
-    return out
+    return geglu_concat_impl(x, approximate)
 
 
 @geglu_concat.register_fake
@@ -159,9 +185,7 @@ def _(x, approximate):
 
 @torch.library.custom_op(add_op_namespace_prefix("geglu_concat_backward"), mutates_args=())
 def geglu_concat_backward(grad_out: torch.Tensor, x: torch.Tensor, approximate: str) -> torch.Tensor:
-    grad_x = x.new_empty(x.shape)
-    _backward_into(grad_out, *_halves(x), *_halves(grad_x), approximate)
-    return grad_x
+    return geglu_concat_backward_impl(grad_out, x, approximate)
 
 
 @geglu_concat_backward.register_fake
@@ -185,12 +209,43 @@ geglu_concat.register_autograd(_geglu_concat_autograd, setup_context=_geglu_conc
 
 @torch.library.custom_op(add_op_namespace_prefix("geglu_concat_out"), mutates_args=("out",))
 def geglu_concat_out(out: torch.Tensor, x: torch.Tensor, approximate: str) -> None:
-    if _row_view(out) is not None:
-        _forward_into(*_halves(x), out, approximate)
-    else:  # a layout the kernels cannot write through: compute, then copy in
-        out.copy_(geglu_concat(x, approximate))
+    geglu_concat_out_impl(out, x, approximate)
 
 
 @geglu_concat_out.register_fake
 def _(out, x, approximate):
     return None
+
+
+# --- the eager path ------------------------------------------------------------
+# A registered op costs tens of microseconds of Python per call in eager mode
+# (dispatcher round trips, its autograd wrapper, Dynamo's disable guard): more
+# than the kernel itself at decode sizes (benchmarks/host_overhead.py). Outside
+# torch.compile the public functions therefore call the implementations
+# directly, through these Functions when a gradient is needed.
+
+
+class GeGLUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, up, approximate):
+        ctx.save_for_backward(gate, up)
+        ctx.approximate = approximate
+        return geglu_impl(gate, up, approximate)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        gate, up = ctx.saved_tensors
+        return (*geglu_backward_impl(grad_out, gate, up, ctx.approximate), None)
+
+
+class GeGLUConcatFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, approximate):
+        ctx.save_for_backward(x)
+        ctx.approximate = approximate
+        return geglu_concat_impl(x, approximate)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return geglu_concat_backward_impl(grad_out, x, ctx.approximate), None
