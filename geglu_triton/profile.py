@@ -33,6 +33,7 @@ import torch
 
 from .benchmarking import environment, implementations, modules
 from .benchmarking.grid import GEMMA_2B, TINY_MLP, MLPModel, dtype_name
+from .benchmarking.report import md_cell
 from .benchmarking.timing import synchronize
 from .benchmarking.workloads import failure_text
 
@@ -209,8 +210,8 @@ def summary_markdown(report: dict) -> str:
         f"(mean of {PROFILED_CALLS}). {report['date_utc']}.",
         "",
     ]
-    if not gpu:
-        lines += [f"**{NO_GPU_NOTE}.**", ""]
+    if report["note"]:
+        lines += [f"**{report['note']}.**", ""]
     lines += [
         "| stage | GPU kernels / forward | Δ vs previous | GPU µs / forward | kernels by category | CPU ops vs previous stage | bias |",
         "| --- | ---: | ---: | ---: | --- | --- | --- |",
@@ -218,7 +219,7 @@ def summary_markdown(report: dict) -> str:
     previous = None
     for record in report["stages"]:
         if record["status"] != "ok":
-            lines.append(f"| {record['stage']} | {record['status']}: {record['reason']} | | | | | |")
+            lines.append(f"| {record['stage']} | {record['status']}: {md_cell(record['reason'])} | | | | | |")
             continue
         if gpu:
             launches = record["gpu"]["launches"]
@@ -248,6 +249,14 @@ def summary_markdown(report: dict) -> str:
         )
         lines += ["", f"Bias: {record['bias']}.", ""]
     return "\n".join(lines) + "\n"
+
+
+def _note(device: torch.device, stages: list[dict]) -> str | None:
+    if device.type != "cuda":
+        return NO_GPU_NOTE
+    if not any(stage.get("gpu") and stage["gpu"]["launches"] for stage in stages):
+        return "The profiler recorded no GPU activity at all: CUPTI is probably unavailable on this machine"
+    return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -282,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
         "dtype": dtype_name(DTYPE),
         "profiled_calls": PROFILED_CALLS,
         "compile_backend": implementations.compile_backend(device),
-        "note": None if device.type == "cuda" else NO_GPU_NOTE,
+        "note": _note(device, stages),
         "stages": stages,
     }
     (out_dir / "profile.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")

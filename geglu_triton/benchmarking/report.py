@@ -18,7 +18,7 @@ from .implementations import BASELINES, COMPILE, LABELS, OUR_IMPLEMENTATIONS, OU
 MLP_WORKLOADS = (MLP_FORWARD, MLP_FORWARD_BACKWARD)
 
 
-def _md(text) -> str:
+def md_cell(text) -> str:
     """Text safe inside a markdown table cell."""
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -152,7 +152,7 @@ def _headline_rows(results: dict) -> list[str]:
             mine = largest["results"][ours]
             speedups = [_speedup_summary(ran, ours, base) for base in BASELINES]
             rows.append(
-                f"| {workload} | {dtype} | {approximate} | {_md(LABELS[ours])} | {_size_label(largest)} | "
+                f"| {workload} | {dtype} | {approximate} | {md_cell(LABELS[ours])} | {_size_label(largest)} | "
                 f"{mine['tb_per_s']:.2f} | {mine['pct_copy_bandwidth']:.0f}% | {mine['pct_of_floor']:.0f}% | "
                 + " | ".join(speedups)
                 + " |"
@@ -175,6 +175,13 @@ def headline_markdown(results: dict) -> str:
         "",
         *_headline_rows(results),
     ]
+    if meta["device"] == "cpu":
+        lines += [
+            "",
+            "**A CPU run**: a smoke test of the code path at tiny sizes. Ours runs under Triton's interpreter "
+            "(TRITON_INTERPRET=1) or the PyTorch fallback and torch.compile with aot_eager: these times say nothing "
+            "about performance.",
+        ]
     if not meta["complete"]:
         lines += ["", "**The run did not complete: these are partial results.**"]
     lines += _skipped_lines(results)
@@ -216,10 +223,10 @@ def _host_markdown(host: dict) -> list[str]:
         ]
         for name, r in overhead["results"].items():
             if r["status"] != "ok":
-                lines.append(f"| {_md(LABELS[name])} | {r['status']}: {_md(r['reason'])} | | |")
+                lines.append(f"| {md_cell(LABELS[name])} | {r['status']}: {md_cell(r['reason'])} | | |")
                 continue
             lines.append(
-                f"| {_md(LABELS[name])} | {r['host_loop_us']:.1f} | {_us(r.get('graph_replay_us'))} | {_us(r.get('host_added_us'))} |"
+                f"| {md_cell(LABELS[name])} | {r['host_loop_us']:.1f} | {_us(r.get('graph_replay_us'))} | {_us(r.get('host_added_us'))} |"
             )
         captures = [
             f"{LABELS[n]}: {r['graph_replay_error']}"
@@ -239,7 +246,7 @@ def _host_markdown(host: dict) -> list[str]:
         ]
         for r in recompiles["results"].values():
             if r["status"] != "ok":
-                lines.append(f"| {r['description']} | {r['status']}: {_md(r['reason'])} | | |")
+                lines.append(f"| {r['description']} | {r['status']}: {md_cell(r['reason'])} | | |")
                 continue
             variants = r["new_triton_variants_of_ours"]
             lines.append(
@@ -271,13 +278,13 @@ def _cell_table(cells: list[dict]) -> list[str]:
     names = list(cells[0]["results"])
     header = (
         "| size | "
-        + " | ".join(f"{_md(LABELS[n])} µs" for n in names)
+        + " | ".join(f"{md_cell(LABELS[n])} µs" for n in names)
         + " | ours TB/s | ours % copy | ours % floor | ours vs best other | max rel err (ours) |"
     )
     rows = [header, "|" + " --- |" * (len(names) + 6)]
     for cell in cells:
         if "skipped" in cell:
-            rows.append(f"| {_size_label(cell)} | skipped: {_md(cell['skipped'])} |" + " |" * (len(names) + 4))
+            rows.append(f"| {_size_label(cell)} | skipped: {md_cell(cell['skipped'])} |" + " |" * (len(names) + 4))
             continue
         times = []
         for name in names:

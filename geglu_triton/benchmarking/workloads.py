@@ -221,6 +221,21 @@ class CellBench:
         }
 
 
+def _allocation_sizes(tensors) -> list[int]:
+    """Bytes of the allocations behind ``tensors``, one per storage (both halves of a grad_x count once).
+
+    Measured as the extent the tensors reach into their storage, not the
+    storage's size: an output that aliases an input pool (Liger's gradients)
+    counts as what it covers.
+    """
+    extents: dict[int, int] = {}
+    for t in tensors:
+        last = t.storage_offset() + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+        key = t.untyped_storage().data_ptr()
+        extents[key] = max(extents.get(key, 0), (last + 1) * t.element_size())
+    return list(extents.values())
+
+
 def _poison_free_memory(device: torch.device, nbytes: list[int]) -> None:
     """Fill and free blocks the size of each output, so that the caching allocator hands them out next.
 
@@ -249,7 +264,7 @@ def _measure(bench: CellBench, name: str, sets: int) -> Measurement:
     synchronize(ctx.device)
     first_call_s = time.perf_counter() - start
     graphs = implementations.compiled_graph_count() if name == COMPILE else None
-    output_sizes = list({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in first.values()}.values())
+    output_sizes = _allocation_sizes(first.values())
     del first
 
     if refresh is not None:
