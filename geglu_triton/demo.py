@@ -1,7 +1,7 @@
 """The main job, end to end and offline: build, serve, publish, load, kernelize, compare.
 
-1. build the prebuilt variants (``build/torch-*``);
-2. start the local Hub on a free loopback port with a temporary data directory;
+1. start the local Hub on a free loopback port with a temporary data directory;
+2. build the prebuilt variants (``build/torch-*``);
 3. publish version 1 to ``org/fused-geglu``;
 4. load it back with ``kernels.get_kernel("org/fused-geglu", version=1)``;
 5. build a small Gemma3 text model from a config (random weights, nothing downloaded);
@@ -80,26 +80,28 @@ def _median_ms(torch, fn, repeats: int = 20) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .build import build_variants
     from .hub.background import LocalHub
-
-    _step(1, f"building the prebuilt variants into {args.build}")
-    variants = build_variants(args.build)
-    for variant in variants:
-        print(f"  {variant.relative_to(args.build.parent) if variant.is_relative_to(args.build.parent) else variant}")
 
     with tempfile.TemporaryDirectory(prefix="fused-geglu-demo-") as scratch:
         scratch = Path(scratch)
         token = "hf_demo_" + secrets.token_hex(8)
-        _step(2, "starting the local Hub")
+        _step(1, "starting the local Hub")
         with LocalHub(scratch / "hub-data", port=0, trusted_orgs=(TRUSTED_ORG,), token=token) as hub:
             print(f"  serving {hub.endpoint} (data in {hub.data_dir}, trusted org {TRUSTED_ORG!r})")
-            # Point every Hub client of this process at the local server, before importing them.
+            # Point every Hub client of this process at the local server before any of
+            # them is imported (the build reads build.toml through kernels, which
+            # imports huggingface_hub).
             os.environ["HF_ENDPOINT"] = hub.endpoint
             os.environ["HF_TOKEN"] = token
             os.environ["HF_HOME"] = str(scratch / "hf-home")
             os.environ.pop("HF_HUB_OFFLINE", None)
             os.environ.pop("HF_HUB_DISABLE_TELEMETRY", None)  # breaks kernels' requests (see README)
+
+            from .build import build_variants
+
+            _step(2, f"building the prebuilt variants into {args.build}")
+            for variant in build_variants(args.build):
+                print(f"  {variant}")
             return _publish_load_and_compare(args, args.build, hub.endpoint, token)
 
 
