@@ -136,8 +136,10 @@ def test_profile_reports_every_stage(build_dir, tmp_path):
         assert stage["status"] == "ok", stage
         assert stage["cpu_ops"], stage["stage"]
     by_name = {s["stage"]: s for s in report["stages"]}
-    assert any(op.endswith("::geglu") for op in by_name["mlp-ours"]["cpu_ops"])
-    assert "aten::gelu" in by_name["mlp-eager"]["cpu_ops"] and "aten::gelu" not in by_name["mlp-ours"]["cpu_ops"]
+    for op in ("aten::gelu", "aten::mul"):
+        assert op in by_name["mlp-eager"]["cpu_ops"] and op not in by_name["mlp-ours"]["cpu_ops"]
+    if report["device"] == "cuda":
+        assert by_name["mlp-ours"]["gpu"]["by_category"].get("ours") == 1, by_name["mlp-ours"]["gpu"]
     assert "aten::addmm" in by_name["linear-eager"]["cpu_ops"]
     if report["device"] == "cpu":
         assert "need a GPU" in report["note"] and all(s.get("gpu") is None for s in report["stages"])
