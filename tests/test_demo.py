@@ -1,0 +1,24 @@
+"""The main job, as README's first command runs it: python -m geglu_triton demo."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from geglu_triton import REPO_ROOT
+
+
+def test_demo_end_to_end(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "geglu_triton", "demo", "--build", str(tmp_path / "build"), "--allow-dirty"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "swapped: model.layers.0.mlp" in result.stdout
+    assert "OK: the kernelized model matches the original" in result.stdout

@@ -1,0 +1,110 @@
+"""Kernelize tiny Gemma, Gemma2 and Gemma3 models with the layer published on the local Hub.
+
+The kernel is built from this checkout, published to the ``hub`` fixture and
+fetched back through ``LayerRepository`` (by ``geglu_triton.models``), as a
+user's model would get it.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+from geglu_triton.models import kernelize_geglu_mlps
+from geglu_triton.publish import publish
+from reference import rel_error
+
+transformers = pytest.importorskip("transformers")
+
+REPO = "org/fused-geglu-models"
+GRAD_REL_TOL = 1e-4  # fp32 model: fused backward (fp32 math) against eager autograd
+LOGITS_REL_TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def published(hub, build_dir):
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=hub.endpoint, token=os.environ["HF_TOKEN"])
+    publish(build_dir, REPO, api=api, allow_dirty=True, import_check=False, echo=lambda _line: None)
+    return REPO
+
+
+def tiny_model(family: str, activation: str):
+    common = dict(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=72,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=64,
+    )
+    if family == "gemma":
+        config = transformers.GemmaConfig(hidden_act=activation, **common)
+        cls = transformers.GemmaForCausalLM
+    elif family == "gemma2":
+        config = transformers.Gemma2Config(hidden_activation=activation, sliding_window=16, **common)
+        cls = transformers.Gemma2ForCausalLM
+    else:
+        config = transformers.Gemma3TextConfig(hidden_activation=activation, sliding_window=16, **common)
+        cls = transformers.Gemma3ForCausalLM
+    torch.manual_seed(0)
+    return cls(config)
+
+
+def _run(model, input_ids, train: bool):
+    model.train(train)
+    logits = model(input_ids).logits
+    if not train:
+        return logits, None
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), input_ids.flatten())
+    loss.backward()
+    return logits, {name: p.grad for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("activation", ["gelu_pytorch_tanh", "gelu"])
+@pytest.mark.parametrize("family", ["gemma", "gemma2", "gemma3"])
+def test_kernelized_model_matches_the_original(published, family, activation, train):
+    original = tiny_model(family, activation)
+    kernelized = copy.deepcopy(original)
+    kernelized.train(train)
+    report = kernelize_geglu_mlps(kernelized, repo_id=published, version=1)
+    assert report.swapped_modules == [f"model.layers.{i}.mlp" for i in range(2)]
+
+    input_ids = torch.randint(0, 128, (2, 12))
+    expected_logits, expected_grads = _run(original, input_ids, train)
+    logits, grads = _run(kernelized, input_ids, train)
+    assert rel_error(logits, expected_logits) <= LOGITS_REL_TOL
+    if train:
+        assert grads.keys() == expected_grads.keys()
+        for name, grad in grads.items():
+            assert rel_error(grad, expected_grads[name]) <= GRAD_REL_TOL, name
+
+
+def test_a_model_with_another_activation_stays_correct(published):
+    """The helper does not register a SiLU MLP class; where the class was registered
+    anyway (earlier tests register Gemma3MLP process-wide), GeGLUMLP runs it unfused."""
+    original = tiny_model("gemma3", "silu")
+    kernelized = copy.deepcopy(original)
+    report = kernelize_geglu_mlps(kernelized, repo_id=published, version=1)
+    assert report.classes == []
+    input_ids = torch.randint(0, 128, (1, 8))
+    with torch.no_grad():
+        assert torch.equal(kernelized(input_ids).logits, original(input_ids).logits)
+
+
+def test_kernelize_with_torch_compile_mode(published):
+    from kernels import Mode
+
+    original = tiny_model("gemma3", "gelu_pytorch_tanh").eval()
+    kernelized = copy.deepcopy(original)
+    kernelize_geglu_mlps(kernelized, repo_id=published, version=1, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+    input_ids = torch.randint(0, 128, (1, 8))
+    with torch.no_grad():
+        assert rel_error(kernelized(input_ids).logits, original(input_ids).logits) <= LOGITS_REL_TOL
