@@ -67,7 +67,11 @@ def _activation_bandwidth(plt, results: dict, out_dir: Path) -> Path | None:
     if not workloads or not dtypes:
         return None
     fig, axes = plt.subplots(
-        len(workloads), len(dtypes), figsize=(5.2 * len(dtypes), 4.2 * len(workloads)), squeeze=False
+        len(workloads),
+        len(dtypes),
+        figsize=(5.2 * len(dtypes), 4.2 * len(workloads)),
+        squeeze=False,
+        constrained_layout=True,
     )
     copy_tbps = results["ceilings"]["copy"]["tb_per_s"]
     for row, workload in enumerate(workloads):
@@ -79,58 +83,77 @@ def _activation_bandwidth(plt, results: dict, out_dir: Path) -> Path | None:
                 if points:
                     xs, ys = zip(*points)
                     ax.plot(xs, ys, label=LABELS[name], linewidth=1, markersize=4, **STYLE[name])
-            ax.axhline(copy_tbps, color="black", linestyle="--", linewidth=1, label="copy bandwidth (measured)")
+            ax.axhline(copy_tbps, color="black", linestyle="--", linewidth=1, label=f"copy bandwidth ({copy_tbps:.2f} TB/s)")
             ax.set_xscale("log")
             ax.set_xlabel("bytes moved per call (byte model)")
             ax.set_ylabel("effective bandwidth (TB/s)")
             ax.set_title(f"{workload}, {dtype}, GELU {approximate}")
             ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(loc="upper left", fontsize=8)
+    axes[0][0].legend(loc="lower right", fontsize=8)
     fig.suptitle(f"GeGLU activation: effective bandwidth on {results['meta']['device_name']}")
     return _save(fig, out_dir / "activation_bandwidth.png")
+
+
+def _heatmap_values(results: dict, workload: str, dtype: str, approximate: str) -> tuple[list, list]:
+    """Per (tokens, intermediate): our speedup over the fastest baseline, and its annotation."""
+    tokens, intermediates = results["grid"]["tokens"], results["grid"]["intermediates"]
+    values = [[math.nan] * len(intermediates) for _ in tokens]
+    notes = [["–"] * len(intermediates) for _ in tokens]
+    for cell in _cells(results, workload, dtype, approximate):
+        versus = cell["speedups"].get(OURS, {})
+        if versus:
+            base, ratio = min(versus.items(), key=lambda kv: kv[1])
+            i, j = tokens.index(cell["tokens"]), intermediates.index(cell["intermediate"])
+            values[i][j], notes[i][j] = ratio, f"{ratio:.2f}×\nvs {SHORT[base]}"
+    return values, notes
 
 
 def _speedup_heatmap(plt, results: dict, out_dir: Path) -> Path | None:
     from matplotlib.colors import TwoSlopeNorm
 
     dtype, approximate = results["grid"]["dtypes"][0], results["grid"]["approximations"][0]
-    workloads = [w for w in ACTIVATION_WORKLOADS if _cells(results, w, dtype, approximate)]
-    if not workloads:
+    tables = {
+        w: _heatmap_values(results, w, dtype, approximate)
+        for w in ACTIVATION_WORKLOADS
+        if _cells(results, w, dtype, approximate)
+    }
+    finite = [v for values, _ in tables.values() for row in values for v in row if not math.isnan(v)]
+    if not finite:
         return None
     tokens, intermediates = results["grid"]["tokens"], results["grid"]["intermediates"]
-    width = max(1.3 * len(intermediates), 5) * len(workloads) + 2
-    fig, axes = plt.subplots(1, len(workloads), figsize=(width, max(0.7 * len(tokens), 3) + 2), squeeze=False)
-    for ax, workload in zip(axes[0], workloads):
-        values = [[math.nan] * len(intermediates) for _ in tokens]
-        notes = [[""] * len(intermediates) for _ in tokens]
-        for cell in _cells(results, workload, dtype, approximate):
-            versus = cell["speedups"].get(OURS, {})
-            if not versus:
-                continue
-            base, ratio = min(versus.items(), key=lambda kv: kv[1])
-            i, j = tokens.index(cell["tokens"]), intermediates.index(cell["intermediate"])
-            values[i][j], notes[i][j] = ratio, f"{ratio:.2f}×\nvs {SHORT[base]}"
-        finite = [v for row in values for v in row if not math.isnan(v)]
-        if not finite:
-            ax.set_axis_off()
-            continue
-        norm = TwoSlopeNorm(vcenter=1.0, vmin=min(min(finite), 0.9), vmax=max(max(finite), 1.1))
+    # One colour scale for every panel, centred on 1 (as fast as the best other).
+    norm = TwoSlopeNorm(vcenter=1.0, vmin=min(min(finite), 0.9), vmax=max(max(finite), 1.1))
+    fig, axes = plt.subplots(
+        1,
+        len(tables),
+        figsize=(max(1.3 * len(intermediates), 5) * len(tables) + 2, max(0.7 * len(tokens), 3) + 2),
+        squeeze=False,
+        constrained_layout=True,
+    )
+    for ax, (workload, (values, notes)) in zip(axes[0], tables.items()):
         image = ax.imshow(values, cmap="RdYlGn", norm=norm, aspect="auto")
-        for i in range(len(tokens)):
-            for j in range(len(intermediates)):
-                ax.text(j, i, notes[i][j] or "–", ha="center", va="center", fontsize=7)
+        for i, row in enumerate(notes):
+            for j, note in enumerate(row):
+                ax.text(j, i, note, ha="center", va="center", fontsize=7)
         ax.set_xticks(range(len(intermediates)), [str(n) for n in intermediates])
         ax.set_yticks(range(len(tokens)), [str(t) for t in tokens])
         ax.set_xlabel("intermediate size")
         ax.set_ylabel("tokens")
-        ax.set_title(f"{workload}, {dtype}")
-        fig.colorbar(image, ax=ax, label="speedup (×)")
+        ax.set_title(f"{workload}, {dtype}, GELU {approximate}")
+    fig.colorbar(image, ax=list(axes[0]), label="speedup of ours (×, >1: ours faster)")
     fig.suptitle(
-        f"GeGLU activation on {results['meta']['device_name']}: speedup of ours (gate, up) over the fastest of "
-        f"{', '.join(SHORT[b] for b in BASELINES)} in each cell (>1: ours faster)",
-        y=1.02,
+        f"GeGLU activation on {results['meta']['device_name']}: ours (gate, up) against the fastest of "
+        f"{', '.join(SHORT[b] for b in BASELINES)} in each cell"
     )
     return _save(fig, out_dir / "speedup_heatmap.png")
+
+
+def _plain_log_ticks(axis) -> None:
+    """Log-scale tick labels as plain numbers (1, 16, 1024), not powers."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def _mlp(plt, results: dict, out_dir: Path) -> Path | None:
@@ -138,7 +161,13 @@ def _mlp(plt, results: dict, out_dir: Path) -> Path | None:
     if not workloads:
         return None
     models = list(dict.fromkeys(c["model"] for w in workloads for c in _cells(results, w)))
-    fig, axes = plt.subplots(len(workloads), len(models), figsize=(5 * len(models), 4 * len(workloads)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(workloads),
+        len(models),
+        figsize=(5 * len(models), 4 * len(workloads)),
+        squeeze=False,
+        constrained_layout=True,
+    )
     for row, workload in enumerate(workloads):
         for col, model in enumerate(models):
             ax = axes[row][col]
@@ -149,89 +178,83 @@ def _mlp(plt, results: dict, out_dir: Path) -> Path | None:
                     xs, ys = zip(*points)
                     ax.plot(xs, ys, label=LABELS[name], linewidth=1, markersize=4, **STYLE[name])
             if cells:
-                ax.plot(
-                    [c["tokens"] for c in cells],
-                    [c["floor_us"] for c in cells],
-                    "k--",
-                    linewidth=1,
-                    label="floor (bytes or FLOPs)",
-                )
-            ax.set_xscale("log", base=2)
+                tokens = [c["tokens"] for c in cells]
+                ax.plot(tokens, [c["floor_us"] for c in cells], "k--", linewidth=1, label="floor (bytes or FLOPs)")
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(tokens)
+                ax.set_title(f"{model} MLP, {workload.removeprefix('mlp-')}, {cells[0]['dtype']}")
             ax.set_yscale("log")
+            _plain_log_ticks(ax.xaxis)
+            _plain_log_ticks(ax.yaxis)
             ax.set_xlabel("tokens")
             ax.set_ylabel("median time per call (µs)")
-            dtype = cells[0]["dtype"] if cells else ""
-            ax.set_title(f"{model} MLP, {workload.removeprefix('mlp-')}, {dtype}")
             ax.grid(True, which="both", alpha=0.3)
     axes[0][0].legend(loc="upper left", fontsize=8)
     fig.suptitle(f"Gemma-style GeGLU MLP on {results['meta']['device_name']}")
     return _save(fig, out_dir / "mlp.png")
 
 
+def _label_bars(ax, bars, texts) -> None:
+    for bar, text in zip(bars, texts):
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
+
+
+def _overhead_panel(ax, overhead: dict) -> None:
+    ran = {n: r for n, r in overhead.get("results", {}).items() if r["status"] == "ok"}
+    if not ran:
+        ax.set_axis_off()
+        return
+    names = list(ran)
+    host = [ran[n]["host_loop_us"] for n in names]
+    bars = ax.bar([i - 0.2 for i in range(len(names))], host, 0.4, label="host loop (one sync at the end)")
+    _label_bars(ax, bars, [f"{v:.1f}" for v in host])
+    replay = [ran[n].get("graph_replay_us") for n in names]
+    if any(v is not None for v in replay):
+        replay = [math.nan if v is None else v for v in replay]
+        bars = ax.bar([i + 0.2 for i in range(len(names))], replay, 0.4, label="CUDA graph replay (no host work)")
+        _label_bars(ax, bars, ["" if math.isnan(v) else f"{v:.1f}" for v in replay])
+    ax.set_xticks(range(len(names)), [LABELS[n] for n in names], rotation=20, ha="right")
+    ax.set_ylabel("µs per call")
+    ax.set_title(f"per-call cost, {overhead['tokens']} × {overhead['intermediate']} {overhead['dtype']}")
+    ax.legend(fontsize=8)
+
+
+def _cold_start_panel(ax, cold: dict) -> None:
+    if cold.get("status") != "ok":
+        ax.set_axis_off()
+        return
+    seconds = {
+        "ours\nforward": cold["ours_first_forward_s"],
+        "ours\nforward+backward": cold["ours_first_backward_s"],
+        "torch.compile\nforward": cold["compile_first_forward_s"],
+    }
+    colors = [STYLE["ours"]["color"]] * 2 + [STYLE["compile"]["color"]]
+    bars = ax.bar(list(seconds), list(seconds.values()), color=colors)
+    _label_bars(ax, bars, [f"{v:.2f} s" for v in seconds.values()])
+    ax.set_ylabel("first call, to a synchronized result (s)")
+    ax.set_title(f"empty caches, fresh process, {cold['tokens']} × {cold['intermediate']} {cold['dtype']}")
+
+
+def _recompile_panel(ax, recompiles: dict) -> None:
+    ran = {scenario: r for scenario, r in recompiles.get("results", {}).items() if r["status"] == "ok"}
+    if not ran:
+        ax.set_axis_off()
+        return
+    bars = ax.bar(range(len(ran)), [r["graphs_compiled"] for r in ran.values()])
+    _label_bars(ax, bars, [f"{r['graphs_compiled']} ({r['total_s']:.1f} s)" for r in ran.values()])
+    ax.set_xticks(range(len(ran)), [RECOMPILE_SHORT[scenario] for scenario in ran], fontsize=8)
+    ax.set_ylabel("graphs compiled (total seconds of those calls)")
+    ax.set_title(f"one function, {len(recompiles['token_counts'])} different token counts")
+
+
 def _host(plt, results: dict, out_dir: Path) -> Path | None:
     host = results["host"]
-    overhead, cold, recompiles = (
-        host.get("call_overhead", {}),
-        host.get("cold_start", {}),
-        host.get("recompilations", {}),
-    )
-    panels = [
-        p
-        for p in (overhead.get("results"), cold if cold.get("status") == "ok" else None, recompiles.get("results"))
-        if p
-    ]
-    if not panels:
+    if not host:
         return None
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
-    ax = axes[0]
-    ran = {n: r for n, r in overhead.get("results", {}).items() if r["status"] == "ok"}
-    if ran:
-        names = list(ran)
-        ax.bar(
-            [i - 0.2 for i in range(len(names))],
-            [ran[n]["host_loop_us"] for n in names],
-            0.4,
-            label="host loop (sync at end)",
-        )
-        replay = [ran[n].get("graph_replay_us", math.nan) for n in names]
-        if not all(math.isnan(v) for v in replay):
-            ax.bar([i + 0.2 for i in range(len(names))], replay, 0.4, label="CUDA graph replay (no host)")
-        ax.set_xticks(range(len(names)), [LABELS[n] for n in names], rotation=20, ha="right")
-        ax.set_ylabel("µs per call")
-        ax.set_title(f"per-call cost at {overhead['tokens']} × {overhead['intermediate']} {overhead['dtype']}")
-        ax.legend(fontsize=8)
-    else:
-        ax.set_axis_off()
-    ax = axes[1]
-    if cold.get("status") == "ok":
-        bars = {
-            "ours\nforward": cold["ours_first_forward_s"],
-            "ours\nbackward": cold["ours_first_backward_s"],
-            "torch.compile\nforward": cold["compile_first_forward_s"],
-        }
-        ax.bar(list(bars), list(bars.values()), color=[STYLE["ours"]["color"]] * 2 + [STYLE["compile"]["color"]])
-        ax.set_ylabel("first call, to a synchronized result (s)")
-        ax.set_title(f"cold caches, fresh process ({cold['tokens']} × {cold['intermediate']} {cold['dtype']})")
-    else:
-        ax.set_axis_off()
-    ax = axes[2]
-    ran = {label: r for label, r in recompiles.get("results", {}).items() if r["status"] == "ok"}
-    if ran:
-        labels = list(ran)
-        bars = ax.bar(range(len(labels)), [ran[label]["graphs_compiled"] for label in labels])
-        for bar, label in zip(bars, labels):
-            ax.annotate(
-                f"{ran[label]['total_s']:.1f} s",
-                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                ha="center",
-                va="bottom",
-                fontsize=8,
-            )
-        ax.set_xticks(range(len(labels)), [RECOMPILE_SHORT[label] for label in labels], fontsize=8)
-        ax.set_ylabel("graphs compiled (label: total seconds)")
-        ax.set_title(f"{len(recompiles['token_counts'])} different token counts")
-    else:
-        ax.set_axis_off()
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8), constrained_layout=True)
+    _overhead_panel(axes[0], host.get("call_overhead", {}))
+    _cold_start_panel(axes[1], host.get("cold_start", {}))
+    _recompile_panel(axes[2], host.get("recompilations", {}))
     fig.suptitle(f"Host side on {results['meta']['device_name']}")
     return _save(fig, out_dir / "host.png")
 
