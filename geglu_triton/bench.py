@@ -127,7 +127,10 @@ def _run_host(ctx: workloads.Context, loaded: environment.LoadedKernel, results:
             results["host"][name] = {"status": "skipped", "reason": ctx.deadline.reason}
             continue
         _print(f"host: {name} ...")
-        results["host"][name] = measure()
+        try:
+            results["host"][name] = measure()
+        except Exception as err:  # a host-side measurement failing must not lose the run
+            results["host"][name] = {"status": "failed", "reason": workloads.failure_text(err)}
         _print(f"[{ctx.deadline.elapsed_s():5.0f}s] host: {report.host_line(name, results['host'][name])}")
 
 
@@ -171,6 +174,7 @@ def _new_results(ctx: workloads.Context, loaded: environment.LoadedKernel, names
         "cells": [],
         "host": {},
         "failures": [],
+        "notes": [],
     }
 
 

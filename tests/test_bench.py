@@ -51,7 +51,8 @@ def results(bench_run) -> dict:
 
 def test_bench_writes_json_markdown_and_plots(bench_run, results):
     assert set(results) >= {
-        "schema_version", "meta", "ceilings", "byte_model", "tolerances", "grid", "cells", "host", "failures",
+        "schema_version", "meta", "ceilings", "byte_model", "tolerances", "grid", "workloads", "cells", "host",
+        "failures", "notes",
     }  # fmt: skip
     assert results["meta"]["complete"] and results["meta"]["device"] in ("cpu", "cuda")
     assert results["grid"]["name"] == "tiny"
@@ -59,6 +60,7 @@ def test_bench_writes_json_markdown_and_plots(bench_run, results):
     markdown = (bench_run / "results.md").read_text()
     assert "| workload |" in markdown and "## Every cell" in markdown
     assert list(bench_run.glob("*.png")), "no plot written"
+    assert results["notes"] == [], results["notes"]
 
 
 def test_bench_covers_every_workload_and_implementation(results):

@@ -239,5 +239,8 @@ def cold_start(ctx: Context, kernel_dir: Path, dtype: torch.dtype, approximate: 
             return {"status": "failed", "reason": f"the cold-start process took over {COLD_START_TIMEOUT_S} s"}
     if child.returncode != 0:
         return {"status": "failed", "reason": f"exit code {child.returncode}: {child.stderr.strip()[-1500:]}"}
-    report = json.loads(child.stdout.strip().splitlines()[-1])
+    try:
+        report = json.loads(child.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"status": "failed", "reason": f"no report on the child's last line: {child.stdout.strip()[-500:]!r}"}
     return {"status": "ok", **report}

@@ -83,7 +83,9 @@ def _activation_bandwidth(plt, results: dict, out_dir: Path) -> Path | None:
                 if points:
                     xs, ys = zip(*points)
                     ax.plot(xs, ys, label=LABELS[name], linewidth=1, markersize=4, **STYLE[name])
-            ax.axhline(copy_tbps, color="black", linestyle="--", linewidth=1, label=f"copy bandwidth ({copy_tbps:.2f} TB/s)")
+            ax.axhline(
+                copy_tbps, color="black", linestyle="--", linewidth=1, label=f"copy bandwidth ({copy_tbps:.2f} TB/s)"
+            )
             ax.set_xscale("log")
             ax.set_xlabel("bytes moved per call (byte model)")
             ax.set_ylabel("effective bandwidth (TB/s)")
@@ -267,11 +269,18 @@ def write_plots(results: dict, out_dir: Path) -> list[Path]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as err:
-        results.setdefault("notes", []).append(f"no plots: matplotlib is not installed ({err})")
+        results["notes"].append(f"no plots: matplotlib is not installed ({err})")
         return []
     written = []
     for make in (_activation_bandwidth, _speedup_heatmap, _mlp, _host):
-        path = make(plt, results, out_dir)
+        try:
+            path = make(plt, results, out_dir)
+        except Exception as err:  # a figure is not worth the results: note it and go on
+            results["notes"].append(
+                f"plot {make.__name__.lstrip('_')} failed: {type(err).__name__}: {err}"
+            )
+            plt.close("all")
+            continue
         if path is not None:
             written.append(path)
     return written

@@ -316,6 +316,7 @@ def full_markdown(results: dict) -> str:
     lines += ["", "## Byte model", ""]
     lines += [f"- {workload}: {text}" for workload, text in results["byte_model"].items()]
     lines += ["", f"Timer: {results['meta']['timer']}.", ""]
+    lines += [f"Note: {note}" for note in results["notes"]]
     failed = results["failures"]
     lines += [f"## Failures and accuracy flags ({len(failed)})", ""]
     for f in failed:
