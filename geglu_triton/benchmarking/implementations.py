@@ -103,7 +103,7 @@ def _liger_gelu_mul() -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     try:
         from liger_kernel.ops.geglu import LigerGELUMulFunction
     except ImportError as err:
-        raise Unavailable(f"liger_kernel is not installed ({err})") from err
+        raise Unavailable(f"liger_kernel cannot be imported ({err})") from err
     return LigerGELUMulFunction.apply
 
 
@@ -139,7 +139,7 @@ def mlp(name: str, module: modules.GemmaStyleMLP, approximate: str, kernel, devi
         try:
             return modules.liger_mlp(module)
         except ImportError as err:
-            raise Unavailable(f"liger_kernel is not installed ({err})") from err
+            raise Unavailable(f"liger_kernel cannot be imported ({err})") from err
     if name == OURS:
         return modules.fused_forward(module, kernel)
     raise ValueError(f"unknown MLP implementation {name!r}")
