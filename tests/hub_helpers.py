@@ -58,13 +58,26 @@ def git_blob_id(content: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
 
 
+def variant_for_this_torch() -> str:
+    """The build variant ``kernels`` loads under the installed torch (a CUDA build takes torch-cuda)."""
+    import torch
+
+    if torch.version.cuda is not None:
+        return "torch-cuda"
+    if torch.version.hip is not None:
+        return "torch-rocm"
+    if getattr(torch.version, "xpu", None) is not None:
+        return "torch-xpu"
+    return "torch-cpu"
+
+
 def write_tiny_variant(root: Path, *, name: str, module_id: str, version: int = 1) -> Path:
-    """A hand-made noarch CPU variant, ``root/build/torch-cpu``, with a valid metadata.json.
+    """A hand-made noarch variant, ``root/build/<the variant this torch loads>``, with a valid metadata.json.
 
     Its ``__init__.py`` defines ``greet()``; ``module_id`` is the import name kernels uses, so
     give every repository its own.
     """
-    variant = root / "build" / "torch-cpu"
+    variant = root / "build" / variant_for_this_torch()
     variant.mkdir(parents=True)
     (variant / "__init__.py").write_text(f'def greet():\n    return "hello from {name}"\n')
     digest = {
@@ -79,7 +92,7 @@ def write_tiny_variant(root: Path, *, name: str, module_id: str, version: int = 
         "license": "Apache-2.0",
         "python-depends": [],
         "kernel-depends": [],
-        "backend": {"type": "cpu"},
+        "backend": {"type": variant.name.removeprefix("torch-")},
         "digest": {"algorithm": "sha256", "files": digest},
     }
     (variant / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from hub_helpers import file_line, git_blob_id, header_line, http, ndjson, write_tiny_variant
+from hub_helpers import file_line, git_blob_id, header_line, http, ndjson, variant_for_this_torch, write_tiny_variant
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from huggingface_hub.errors import (
     HfHubHTTPError,
@@ -144,38 +144,38 @@ def test_upload_list_and_download(api, hub, repo_id, tmp_path):
     assert info.commit_url == f"{hub.endpoint}/kernels/{repo_id}/commit/{info.oid}"
 
     [folder] = api.list_repo_tree(repo_id, path_in_repo="build", repo_type="kernel", revision="v1")
-    assert (type(folder).__name__, folder.path) == ("RepoFolder", "build/torch-cpu")
+    assert (type(folder).__name__, folder.path) == ("RepoFolder", f"build/{variant.name}")
     files = {
         entry.path: entry for entry in api.list_repo_tree(repo_id, repo_type="kernel", revision="v1", recursive=True)
     }
     init = (variant / "__init__.py").read_bytes()
-    assert files["build/torch-cpu/__init__.py"].blob_id == git_blob_id(init)
-    assert files["build/torch-cpu/__init__.py"].size == len(init)
-    assert {"README.md", ".gitattributes", "build", "build/torch-cpu", "build/torch-cpu/metadata.json"} <= files.keys()
+    assert files[f"build/{variant.name}/__init__.py"].blob_id == git_blob_id(init)
+    assert files[f"build/{variant.name}/__init__.py"].size == len(init)
+    assert {"README.md", ".gitattributes", "build", f"build/{variant.name}", f"build/{variant.name}/metadata.json"} <= files.keys()
     # kernels lists a version's variants with the ref name, percent-encoded as one segment.
     assert [
         e.path for e in api.list_repo_tree(repo_id, path_in_repo="build", repo_type="kernel", revision="refs/heads/v1")
-    ] == ["build/torch-cpu"]
+    ] == [f"build/{variant.name}"]
     expanded = next(
         iter(
-            api.list_repo_tree(repo_id, path_in_repo="build/torch-cpu", repo_type="kernel", revision="v1", expand=True)
+            api.list_repo_tree(repo_id, path_in_repo=f"build/{variant.name}", repo_type="kernel", revision="v1", expand=True)
         )
     )
     assert expanded.last_commit.oid == info.oid and expanded.last_commit.title == "Upload v1"
 
-    downloaded = api.hf_hub_download(repo_id, "build/torch-cpu/__init__.py", repo_type="kernel", revision="v1")
+    downloaded = api.hf_hub_download(repo_id, f"build/{variant.name}/__init__.py", repo_type="kernel", revision="v1")
     assert Path(downloaded).read_bytes() == init
     metadata = get_hf_file_metadata(
-        hf_hub_url(repo_id, "build/torch-cpu/__init__.py", repo_type="kernel", revision="v1")
+        hf_hub_url(repo_id, f"build/{variant.name}/__init__.py", repo_type="kernel", revision="v1")
     )
     assert (metadata.commit_hash, metadata.etag, metadata.size) == (info.oid, git_blob_id(init), len(init))
 
     snapshot = Path(
-        api.snapshot_download(repo_id, repo_type="kernel", revision="v1", allow_patterns=["build/torch-cpu/*"])
+        api.snapshot_download(repo_id, repo_type="kernel", revision="v1", allow_patterns=[f"build/{variant.name}/*"])
     )
     assert sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file()) == [
-        "build/torch-cpu/__init__.py",
-        "build/torch-cpu/metadata.json",
+        f"build/{variant.name}/__init__.py",
+        f"build/{variant.name}/metadata.json",
     ]
     assert api.kernel_info(repo_id, revision="v1").sha == info.oid
     assert api.repo_info(repo_id, repo_type="kernel").sha == _head(api, repo_id, "main")
@@ -349,7 +349,7 @@ def test_get_kernel_and_versions_cli_from_a_trusted_org(api, hub, tmp_path):
         env=os.environ.copy(),
     )
     assert versions.returncode == 0, versions.stderr
-    assert "Version 1:" in versions.stdout and "torch-cpu" in versions.stdout
+    assert "Version 1:" in versions.stdout and variant_for_this_torch() in versions.stdout
 
 
 def test_untrusted_org_needs_trust_remote_code(api, hub, tmp_path):

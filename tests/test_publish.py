@@ -18,6 +18,7 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 from huggingface_hub import CommitOperationAdd, HfApi
+from hub_helpers import variant_for_this_torch
 from kernel_sources import commit_all, copy_kernel_source
 from packaging.version import Version
 
@@ -76,7 +77,7 @@ def files(api: HfApi, repo_id: str, revision: str) -> set[str]:
 
 
 def module_id(build: Path) -> str:
-    return json.loads((build / "torch-cpu" / "metadata.json").read_text())["id"]
+    return json.loads((build / variant_for_this_torch() / "metadata.json").read_text())["id"]
 
 
 # --- org/fused-geglu: v1, then v2 -------------------------------------------
