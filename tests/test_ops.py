@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-from reference import geglu64, randn, rel_error
+from reference import randn, rel_error
 
 
 @pytest.fixture(scope="module")

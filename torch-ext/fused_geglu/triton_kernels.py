@@ -233,6 +233,18 @@ def _grid(n_rows: int, n_cols: int, config: LaunchConfig) -> tuple[int]:
     return (triton.cdiv(n_rows, config.block_m) * triton.cdiv(n_cols, config.block_n),)
 
 
+def _launch_options(config: LaunchConfig, approximate: str, *matrices: torch.Tensor) -> dict:
+    """The compile-time arguments both kernels take, for these [rows, cols] views."""
+    return dict(
+        APPROXIMATE_TANH=approximate == "tanh",
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        INT64_OFFSETS=needs_int64_offsets(*matrices),
+        BF16_BY_HAND=_INTERPRETED,
+        num_warps=config.num_warps,
+    )
+
+
 def launch_forward(gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor, approximate: str) -> None:
     """Run the forward kernel on [rows, cols] views with unit column stride."""
     n_rows, n_cols = gate.shape
@@ -246,12 +258,7 @@ def launch_forward(gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor, appr
         gate.stride(0),
         up.stride(0),
         out.stride(0),
-        APPROXIMATE_TANH=approximate == "tanh",
-        BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n,
-        INT64_OFFSETS=needs_int64_offsets(gate, up, out),
-        BF16_BY_HAND=_INTERPRETED,
-        num_warps=config.num_warps,
+        **_launch_options(config, approximate, gate, up, out),
     )
 
 
@@ -279,10 +286,5 @@ def launch_backward(
         up.stride(0),
         grad_gate.stride(0),
         grad_up.stride(0),
-        APPROXIMATE_TANH=approximate == "tanh",
-        BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n,
-        INT64_OFFSETS=needs_int64_offsets(grad_out, gate, up, grad_gate, grad_up),
-        BF16_BY_HAND=_INTERPRETED,
-        num_warps=config.num_warps,
+        **_launch_options(config, approximate, grad_out, gate, up, grad_gate, grad_up),
     )
