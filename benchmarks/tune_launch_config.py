@@ -109,7 +109,7 @@ def main() -> None:
                     block_m = max(1, min(triton.next_power_of_2(rows), (tile_bytes // element_size) // block_n))
                     grid = (triton.cdiv(rows, block_m) * triton.cdiv(cols, block_n),)
                     meta = dict(APPROXIMATE_TANH=True, BLOCK_M=block_m, BLOCK_N=block_n, INT64_OFFSETS=False,
-                                BF16_BY_HAND=False, num_warps=warps)
+                                INTERPRETED=False, num_warps=warps)
 
                     def fwd(g, u, d):
                         rs = g.stride(0) if matrices == "rows" else 0

@@ -250,7 +250,7 @@ def test_64bit_offsets_decision(kernel):
 def test_64bit_offset_kernels_compute_the_same(kernel, device, approximate):
     """The int64-offset specialization of both kernels, forced on a small problem."""
     tk = kernel.triton_kernels
-    if device == "cpu" and not tk._INTERPRETED:
+    if device == "cpu" and not tk.RUNS_INTERPRETED:
         pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
     gate, up, grad_out = (randn(3, 37, device=device) for _ in range(3))
     out, grad_gate, grad_up = (torch.empty(3, 37, device=device) for _ in range(3))
@@ -261,7 +261,7 @@ def test_64bit_offset_kernels_compute_the_same(kernel, device, approximate):
         BLOCK_M=config.block_m,
         BLOCK_N=config.block_n,
         INT64_OFFSETS=True,
-        BF16_BY_HAND=tk._INTERPRETED,
+        INTERPRETED=tk.RUNS_INTERPRETED,
     )
     tk.geglu_forward_kernel[grid](gate, up, out, 3, 37, 37, 37, 37, **common)
     tk.geglu_backward_kernel[grid](grad_out, gate, up, grad_gate, grad_up, 3, 37, 37, 37, 37, 37, 37, **common)

@@ -34,12 +34,15 @@ which is at least as accurate as eager autograd's three roundings.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
+
+from .triton_launcher import Launcher
 
 # GELU constants, as constexpr globals so that compiled kernels may read them.
 SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)  # sqrt(2 / pi)
@@ -50,10 +53,14 @@ INV_SQRT_2PI = tl.constexpr(0.3989422804014327)  # 1 / sqrt(2 pi)
 # Offsets past this need 64-bit arithmetic (int32 index math would wrap).
 INT32_OFFSET_LIMIT = 2**31
 
-# Triton's interpreter (TRITON_INTERPRET=1, read when triton is imported)
-# truncates fp32 -> bf16 casts where compiled code rounds to nearest even;
-# interpreted kernels then round by hand, so both compute the same numbers.
-_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+# Whether kernels run under Triton's interpreter (TRITON_INTERPRET=1, read
+# when triton is imported). Kernels take it as their INTERPRETED constexpr and
+# work around the interpreter's two bf16 gaps with it, so that interpreted and
+# compiled kernels compute the same numbers: it truncates fp32 -> bf16 casts
+# where compiled code rounds to nearest even (round_to rounds by hand), and
+# its tl.dot misreads bf16 operands (the GEMM kernel widens them to fp32
+# first, which changes nothing: a product of two bf16 values is exact in fp32).
+RUNS_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 # Launch table (see launch_config): bytes of one tensor that a tile covers,
 # bytes a warp moves per tensor (32 threads x one 16-byte vector), the most
@@ -96,17 +103,31 @@ def _gelu_and_derivative(x, APPROXIMATE_TANH: tl.constexpr):
 
 
 @triton.jit
-def _round(x, dtype: tl.constexpr, BF16_BY_HAND: tl.constexpr):
+def round_to(x, dtype: tl.constexpr, INTERPRETED: tl.constexpr):
     """x (fp32) rounded to nearest even in ``dtype``.
 
-    By hand: add half a bf16 ulp (minus one, plus the kept lowest bit, so ties
+    Interpreted, bf16 is rounded by hand: add half a bf16 ulp (minus one, plus the kept lowest bit, so ties
     go to even) to the fp32 bits and drop the low 16 bits; NaNs pass unchanged.
     """
-    if BF16_BY_HAND and dtype == tl.bfloat16:
+    if INTERPRETED and dtype == tl.bfloat16:
         bits = x.to(tl.uint32, bitcast=True)
         bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
         x = tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
     return x.to(dtype)
+
+
+@triton.jit
+def geglu_rounded_like_eager(
+    gate, up, dtype: tl.constexpr, APPROXIMATE_TANH: tl.constexpr, INTERPRETED: tl.constexpr
+):
+    """gelu(gate) * up in ``dtype``, from fp32 ``gate`` and ``up`` that already hold ``dtype`` values.
+
+    Eager's ``F.gelu(gate) * up`` is two kernels, so it rounds twice: the
+    GELU result to ``dtype`` (first rounding point), then the product
+    (second). Rounding at the same two points gives eager's numbers.
+    """
+    activated = round_to(_gelu(gate, APPROXIMATE_TANH), dtype, INTERPRETED).to(tl.float32)
+    return round_to(activated * up, dtype, INTERPRETED)
 
 
 @triton.jit
@@ -141,18 +162,14 @@ def geglu_forward_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     INT64_OFFSETS: tl.constexpr,
-    BF16_BY_HAND: tl.constexpr,
+    INTERPRETED: tl.constexpr,
 ):
     """out = gelu(gate) * up over one [BLOCK_M, BLOCK_N] tile."""
     rows, cols, mask = _tile(n_rows, n_cols, BLOCK_M, BLOCK_N, INT64_OFFSETS)
     gate = tl.load(gate_ptr + rows * gate_row_stride + cols, mask=mask).to(tl.float32)
     up = tl.load(up_ptr + rows * up_row_stride + cols, mask=mask).to(tl.float32)
 
-    # First rounding point: the GELU result in the storage dtype, as eager's F.gelu returns it.
-    out_dtype = out_ptr.dtype.element_ty
-    activated = _round(_gelu(gate, APPROXIMATE_TANH), out_dtype, BF16_BY_HAND).to(tl.float32)
-    # Second rounding point: the product, as eager's multiply returns it.
-    product = _round(activated * up, out_dtype, BF16_BY_HAND)
+    product = geglu_rounded_like_eager(gate, up, out_ptr.dtype.element_ty, APPROXIMATE_TANH, INTERPRETED)
     tl.store(out_ptr + rows * out_row_stride + cols, product, mask=mask)
 
 
@@ -174,7 +191,7 @@ def geglu_backward_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     INT64_OFFSETS: tl.constexpr,
-    BF16_BY_HAND: tl.constexpr,
+    INTERPRETED: tl.constexpr,
 ):
     """Both gradients of out = gelu(gate) * up in one pass over one tile.
 
@@ -192,8 +209,10 @@ def geglu_backward_kernel(
     grad_gate = grad_out * up * slope
 
     grad_dtype = grad_gate_ptr.dtype.element_ty
-    tl.store(grad_up_ptr + rows * grad_up_row_stride + cols, _round(grad_up, grad_dtype, BF16_BY_HAND), mask=mask)
-    tl.store(grad_gate_ptr + rows * grad_gate_row_stride + cols, _round(grad_gate, grad_dtype, BF16_BY_HAND), mask=mask)
+    grad_up = round_to(grad_up, grad_dtype, INTERPRETED)
+    grad_gate = round_to(grad_gate, grad_dtype, INTERPRETED)
+    tl.store(grad_up_ptr + rows * grad_up_row_stride + cols, grad_up, mask=mask)
+    tl.store(grad_gate_ptr + rows * grad_gate_row_stride + cols, grad_gate, mask=mask)
 
 
 @dataclass(frozen=True)
@@ -203,6 +222,7 @@ class LaunchConfig:
     num_warps: int
 
 
+@functools.lru_cache(maxsize=4096)
 def launch_config(n_rows: int, n_cols: int, element_size: int) -> LaunchConfig:
     """Tile shape and warps for a [n_rows, n_cols] problem.
 
@@ -240,24 +260,22 @@ def _launch_options(config: LaunchConfig, approximate: str, *matrices: torch.Ten
         BLOCK_M=config.block_m,
         BLOCK_N=config.block_n,
         INT64_OFFSETS=needs_int64_offsets(*matrices),
-        BF16_BY_HAND=_INTERPRETED,
+        INTERPRETED=RUNS_INTERPRETED,
         num_warps=config.num_warps,
     )
+
+
+_launch_forward_kernel = Launcher(geglu_forward_kernel)
+_launch_backward_kernel = Launcher(geglu_backward_kernel)
 
 
 def launch_forward(gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor, approximate: str) -> None:
     """Run the forward kernel on [rows, cols] views with unit column stride."""
     n_rows, n_cols = gate.shape
     config = launch_config(n_rows, n_cols, gate.element_size())
-    geglu_forward_kernel[_grid(n_rows, n_cols, config)](
-        gate,
-        up,
-        out,
-        n_rows,
-        n_cols,
-        gate.stride(0),
-        up.stride(0),
-        out.stride(0),
+    _launch_forward_kernel(
+        _grid(n_rows, n_cols, config),
+        (gate, up, out, n_rows, n_cols, gate.stride(0), up.stride(0), out.stride(0)),
         **_launch_options(config, approximate, gate, up, out),
     )
 
@@ -273,18 +291,9 @@ def launch_backward(
     """Run the backward kernel on [rows, cols] views with unit column stride."""
     n_rows, n_cols = gate.shape
     config = launch_config(n_rows, n_cols, gate.element_size())
-    geglu_backward_kernel[_grid(n_rows, n_cols, config)](
-        grad_out,
-        gate,
-        up,
-        grad_gate,
-        grad_up,
-        n_rows,
-        n_cols,
-        grad_out.stride(0),
-        gate.stride(0),
-        up.stride(0),
-        grad_gate.stride(0),
-        grad_up.stride(0),
-        **_launch_options(config, approximate, grad_out, gate, up, grad_gate, grad_up),
+    matrices = (grad_out, gate, up, grad_gate, grad_up)
+    _launch_backward_kernel(
+        _grid(n_rows, n_cols, config),
+        (*matrices, n_rows, n_cols, *(m.stride(0) for m in matrices)),
+        **_launch_options(config, approximate, *matrices),
     )
