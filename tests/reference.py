@@ -15,8 +15,21 @@ APPROXIMATIONS = ("tanh", "none")
 
 #: ||out - ref|| / ||ref|| against the float64 reference, forward.
 FORWARD_REL_TOL = {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
-#: Eager bf16/fp16 forward: at least this fraction of elements bit-identical ...
-MIN_IDENTICAL_FRACTION = 0.999
+#: Eager bf16/fp16 forward: at most this fraction of elements not bit-identical
+#: (measured on the CPU, interpreter against eager: up to 5.6e-4, fp16 exact
+#: GELU, where erf implementations differ in the last fp32 bit), and at least
+#: this many allowed, so that a tensor of a few thousand elements is not
+#: failed by the rate itself ...
+MAX_MISMATCH_FRACTION = 1e-3
+MIN_MISMATCHES_ALLOWED = 8
+
+
+def assert_mostly_bit_identical(ours: torch.Tensor, eager: torch.Tensor) -> None:
+    mismatches = (ours != eager).sum().item()
+    allowed = max(MIN_MISMATCHES_ALLOWED, MAX_MISMATCH_FRACTION * ours.numel())
+    assert mismatches <= allowed, f"{mismatches} of {ours.numel()} elements differ from eager (allowed {allowed:g})"
+
+
 #: ... with the GELU result (the first rounding point) never more than one ulp
 #: from eager's ...
 MAX_GELU_ULPS = 1
@@ -30,11 +43,25 @@ MAX_PRODUCT_ULPS = 2
 #: zero. Those tails are checked against float64 instead.
 ULP_CHECK_MAX_ABS_GATE = 3.0
 #: Where eager itself is far from float64 (its backward always; a tiny tail
-#: tensor forward), our error may be at most this multiple of eager's error,
-#: plus a floor of two float32 ulps (where both are at rounding level and one
-#: lucky eager element would otherwise set the bar).
+#: tensor forward), our error may be at most this multiple of eager's error ...
 ERROR_RATIO_TO_EAGER = 2.0
-BACKWARD_ABS_FLOOR = {torch.float32: 2 * torch.finfo(torch.float32).eps, torch.float16: 0.0, torch.bfloat16: 0.0}
+#: ... plus, for the backward, this many fp32 ulps of the magnitude of the
+#: terms each gradient is computed from (a mixed error bound): our backward
+#: works in fp32 throughout, and where gelu' cancels (gate near -0.75) or
+#: gelu does (far negative gate), a few ulps of the terms are a large
+#: relative error of a small result, which on a tensor of one or two elements
+#: eager may by luck avoid. Worst seen over 2e5 random elements: 2.8 ulps.
+BACKWARD_FP32_ULPS = 8
+
+
+def backward_term_scales(gate, up, grad_out):
+    """Magnitudes of the terms behind (grad_gate, grad_up), in float64.
+
+    grad_gate = grad_out * up * gelu'(gate), gelu' a sum of terms of size up to
+    1 + |gate|; grad_up = grad_out * gelu(gate), |gelu(gate)| <= |gate|.
+    """
+    gate, up, grad_out = gate.detach().double(), up.detach().double(), grad_out.double()
+    return (grad_out * up).abs() * (1 + gate.abs()), (grad_out * gate).abs()
 
 
 def gelu64(x: torch.Tensor, approximate: str) -> torch.Tensor:
@@ -88,3 +115,4 @@ def randn(*shape, dtype=torch.float32, device="cpu", scale=1.0) -> torch.Tensor:
     against float64 separately, with a large scale.
     """
     return (torch.randn(shape, dtype=torch.float32, device=device) * scale).to(dtype)
+
