@@ -116,3 +116,35 @@ def randn(*shape, dtype=torch.float32, device="cpu", scale=1.0) -> torch.Tensor:
     """
     return (torch.randn(shape, dtype=torch.float32, device=device) * scale).to(dtype)
 
+
+def linear_inputs(tokens_shape, hidden, intermediate, *, dtype, device="cpu", bias=False):
+    """x, gate_weight, up_weight, gate_bias, up_bias of a GeGLU MLP's first half.
+
+    Weights scaled by 1/sqrt(hidden), as initialized layers are, so that the
+    projections (the GELU's inputs) are of unit scale.
+    """
+    scale = max(hidden, 1) ** -0.5
+    x = randn(*tokens_shape, hidden, dtype=dtype, device=device)
+    gate_weight = randn(intermediate, hidden, dtype=dtype, device=device, scale=scale)
+    up_weight = randn(intermediate, hidden, dtype=dtype, device=device, scale=scale)
+    gate_bias = randn(intermediate, dtype=dtype, device=device) if bias else None
+    up_bias = randn(intermediate, dtype=dtype, device=device) if bias else None
+    return x, gate_weight, up_weight, gate_bias, up_bias
+
+
+def _linear(x, weight, bias):
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+def geglu_linear64(x, gate_weight, up_weight, gate_bias, up_bias, approximate):
+    """gelu(x W_gate^T + b_gate) * (x W_up^T + b_up) in float64."""
+    def as64(t):
+        return None if t is None else t.double()
+
+    gate = _linear(x.double(), gate_weight.double(), as64(gate_bias))
+    return geglu64(gate, _linear(x.double(), up_weight.double(), as64(up_bias)), approximate)
+
+
+def eager_geglu_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate):
+    """What eager PyTorch computes: two GEMMs in the storage dtype, then F.gelu and the product."""
+    return eager_geglu(_linear(x, gate_weight, gate_bias), _linear(x, up_weight, up_bias), approximate)

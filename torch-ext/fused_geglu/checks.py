@@ -54,6 +54,57 @@ def check_concat(x: torch.Tensor, approximate: str) -> None:
         )
 
 
+def check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate: str) -> None:
+    """x [..., hidden]; weights [intermediate, hidden] as nn.Linear holds them; biases [intermediate] or None.
+
+    Every tensor has x's dtype and device.
+    """
+    _check_tensor("x", x)
+    check_approximate(approximate)
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dimension: its last dimension is the projections' input")
+    _check_tensor("gate_weight", gate_weight)
+    if gate_weight.dim() != 2 or gate_weight.shape[1] != x.shape[-1]:
+        raise ValueError(
+            f"gate_weight must be [intermediate, {x.shape[-1]}] (nn.Linear's layout, hidden = x's last dimension), "
+            f"got {tuple(gate_weight.shape)}"
+        )
+    _check_tensor("up_weight", up_weight)
+    if up_weight.shape != gate_weight.shape:
+        raise ValueError(
+            f"up_weight must have gate_weight's shape {tuple(gate_weight.shape)}, got {tuple(up_weight.shape)}"
+        )
+    operands = {"gate_weight": gate_weight, "up_weight": up_weight, "gate_bias": gate_bias, "up_bias": up_bias}
+    for name, tensor in operands.items():
+        if tensor is None:
+            continue
+        _check_tensor(name, tensor)
+        if name.endswith("bias") and tensor.shape != gate_weight.shape[:1]:
+            raise ValueError(f"{name} must have shape ({gate_weight.shape[0]},), got {tuple(tensor.shape)}")
+        if tensor.dtype != x.dtype:
+            raise TypeError(f"{name} must have x's dtype {x.dtype}, got {tensor.dtype}")
+        if tensor.device != x.device:
+            raise ValueError(f"{name} must be on x's device {x.device}, got {tensor.device}")
+
+
+def check_fused_gate_up(gate_up_weight, gate_up_bias) -> None:
+    """A fused gate_up_proj: weight [2 * intermediate, hidden] with [gate | up] rows, bias [2 * intermediate] or None.
+
+    The halves then go through ``check_linear``.
+    """
+    _check_tensor("gate_up_weight", gate_up_weight)
+    if gate_up_weight.dim() != 2 or gate_up_weight.shape[0] % 2:
+        raise ValueError(
+            "gate_up_weight must be 2-D [2 * intermediate, hidden] with [gate | up] rows, "
+            f"got {tuple(gate_up_weight.shape)}"
+        )
+    if gate_up_bias is not None:
+        _check_tensor("gate_up_bias", gate_up_bias)
+        if gate_up_bias.shape != gate_up_weight.shape[:1]:
+            expected = (gate_up_weight.shape[0],)
+            raise ValueError(f"gate_up_bias must have shape {expected}, got {tuple(gate_up_bias.shape)}")
+
+
 def concat_output_shape(x: torch.Tensor) -> torch.Size:
     return x.shape[:-1] + (x.shape[-1] // 2,)
 

@@ -7,10 +7,21 @@ and autograd registrations); in eager mode the same implementations directly
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
+import torch.nn.functional as F
 
 from . import ops
-from .checks import check_concat, check_gate_up, check_no_overlap, check_out, concat_output_shape
+from .checks import (
+    check_concat,
+    check_fused_gate_up,
+    check_gate_up,
+    check_linear,
+    check_no_overlap,
+    check_out,
+    concat_output_shape,
+)
 
 
 def geglu(gate: torch.Tensor, up: torch.Tensor, *, approximate: str = "tanh") -> torch.Tensor:
@@ -46,6 +57,59 @@ def geglu_concat(x: torch.Tensor, *, approximate: str = "tanh") -> torch.Tensor:
     if torch.is_grad_enabled() and x.requires_grad:
         return ops.GeGLUConcatFunction.apply(x, approximate)
     return ops.geglu_concat_impl(x, approximate)
+
+
+def geglu_linear(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    gate_bias: Optional[torch.Tensor] = None,
+    up_bias: Optional[torch.Tensor] = None,
+    *,
+    approximate: str = "tanh",
+) -> torch.Tensor:
+    """``gelu(x @ gate_weight.T + gate_bias) * (x @ up_weight.T + up_bias)``: a GeGLU MLP before its down projection.
+
+    Args:
+        x: ``[..., hidden]``, float32, float16 or bfloat16.
+        gate_weight, up_weight: ``[intermediate, hidden]``, as ``nn.Linear`` holds
+            its weight; x's dtype and device.
+        gate_bias, up_bias: ``[intermediate]`` or None.
+        approximate: ``"tanh"`` or ``"none"``, as in ``torch.nn.functional.gelu``.
+
+    Without a gradient to compute (inference) on a GPU, in bf16/fp16, both
+    projections and the GeGLU run as one Triton GEMM that never writes the
+    projections to memory, where the launch table says it is faster;
+    otherwise (training, fp32, large token counts) two GEMMs and the fused
+    activation kernel, differentiable.
+
+    Returns:
+        ``[..., intermediate]``.
+    """
+    check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate)
+    operands = (x, gate_weight, up_weight, gate_bias, up_bias)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands):
+        return geglu(F.linear(x, gate_weight, gate_bias), F.linear(x, up_weight, up_bias), approximate=approximate)
+    if torch.compiler.is_compiling():
+        return ops.geglu_linear(*operands, approximate)
+    return ops.geglu_linear_impl(*operands, approximate)
+
+
+def geglu_linear_concat(
+    x: torch.Tensor,
+    gate_up_weight: torch.Tensor,
+    gate_up_bias: Optional[torch.Tensor] = None,
+    *,
+    approximate: str = "tanh",
+) -> torch.Tensor:
+    """``geglu_linear`` with a fused ``gate_up_proj``: weight ``[2 * intermediate, hidden]`` = [gate rows | up rows].
+
+    The two halves of the weight (and bias) are read in place, with no copy.
+    """
+    check_fused_gate_up(gate_up_weight, gate_up_bias)
+    half = gate_up_weight.shape[0] // 2
+    gate_bias, up_bias = (None, None) if gate_up_bias is None else (gate_up_bias[:half], gate_up_bias[half:])
+    return geglu_linear(x, gate_up_weight[:half], gate_up_weight[half:], gate_bias, up_bias, approximate=approximate)
 
 
 def _gelu_and_mul_into(out: torch.Tensor, x: torch.Tensor, approximate: str) -> torch.Tensor:

@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from .functional import geglu, geglu_concat
+from .functional import geglu, geglu_concat, geglu_linear
 
 # The GELU each activation computes: "tanh" or "none" (exact erf). The tanh
 # forms of transformers (GELUTanh, NewGELU, FastGELU) are the same function,
@@ -60,12 +60,31 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
     return _GELU_OF_ACTIVATION_NAME[name]
 
 
+def is_plain_linear(module: nn.Module) -> bool:
+    """Whether calling ``module`` computes exactly ``F.linear(x, module.weight, module.bias)``.
+
+    Only then may its weight be read directly: a subclass (quantized, LoRA)
+    or a forward hook (tensor parallelism, offloading) changes what the call
+    computes, and a tensor subclass weight (DTensor) is not a plain matrix.
+    """
+    return (
+        type(module) is nn.Linear
+        and not module._forward_hooks
+        and not module._forward_pre_hooks
+        and type(module.weight) in (nn.Parameter, torch.Tensor)
+    )
+
+
 class GeGLUMLP(nn.Module):
-    """``down_proj(gelu(gate_proj(x)) * up_proj(x))`` with the GELU and product fused.
+    """``down_proj(gelu(gate_proj(x)) * up_proj(x))`` with the GeGLU fused, and for inference the projections too.
 
     Replaces the forward of Gemma, Gemma2 and Gemma3 MLPs (and modules with
     Liger's ``LigerGEGLUMLP`` naming). The GELU form follows the module's
     activation; any other activation runs the original, unfused function.
+    With plain ``nn.Linear`` projections, ``geglu_linear`` computes the
+    first half (one Triton GEMM for inference where it is faster); other
+    projections are called as they are and only the GeGLU is fused.
+    ``down_proj`` is always called as it is (cuBLAS).
     """
 
     has_backward = True
@@ -75,7 +94,14 @@ class GeGLUMLP(nn.Module):
         approximate = gelu_approximation(self)
         if approximate is None:
             return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
-        return self.down_proj(geglu(self.gate_proj(x), self.up_proj(x), approximate=approximate))
+        gate_proj, up_proj = self.gate_proj, self.up_proj
+        if is_plain_linear(gate_proj) and is_plain_linear(up_proj):
+            hidden = geglu_linear(
+                x, gate_proj.weight, up_proj.weight, gate_proj.bias, up_proj.bias, approximate=approximate
+            )
+        else:
+            hidden = geglu(gate_proj(x), up_proj(x), approximate=approximate)
+        return self.down_proj(hidden)
 
 
 class GeluAndMul(nn.Module):

@@ -6,7 +6,8 @@ Each op is a ``torch.library.custom_op`` named through ``add_op_namespace_prefix
 formula that calls the backward op. The implementations pick their engine per
 device:
 
-- CUDA, ROCm and XPU tensors: the Triton kernels;
+- CUDA, ROCm and XPU tensors: the Triton kernels (for ``geglu_linear``, the
+  fused GEMM where it pays off, else two GEMMs and the activation kernel);
 - CPU tensors under ``TRITON_INTERPRET=1``: the same Triton kernels, interpreted;
 - other CPU tensors (or no triton installed): the PyTorch fallback.
 
@@ -17,6 +18,8 @@ call them under torch.compile and their implementations directly in eager mode):
   geglu_concat(x, approximate) -> out                  x = [gate | up]
   geglu_concat_backward(grad_out, x, approximate) -> grad_x
   geglu_concat_out(out, x, approximate) -> None        writes into out
+  geglu_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate) -> h
+                                                       inference only, no autograd
 """
 
 from __future__ import annotations
@@ -25,15 +28,16 @@ import os
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
 from . import torch_fallback
 from ._ops import add_op_namespace_prefix
 from .checks import concat_output_shape
 
 try:
-    from . import triton_kernels
+    from . import triton_gemm_kernels, triton_kernels
 except ImportError:  # triton is optional: the torch-cpu variant must import without it
-    triton_kernels = None
+    triton_gemm_kernels = triton_kernels = None
 
 _TRITON_INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -126,6 +130,49 @@ def geglu_concat_backward_impl(grad_out, x, approximate: str) -> torch.Tensor:
     return grad_x
 
 
+def _fused_linear_operands(x, gate_weight, up_weight):
+    """x as [tokens, hidden] for the fused GEMM, or None where the fused kernel does not run.
+
+    It runs on Triton devices, on bf16/fp16, with weights whose rows are
+    contiguous (as nn.Linear's are), where the launch table says it beats
+    two GEMMs and the activation kernel.
+    """
+    if not _runs_on_triton(x) or x.dtype not in triton_gemm_kernels.FUSED_DTYPES:
+        return None
+    if gate_weight.stride(-1) != 1 or up_weight.stride(-1) != 1:
+        return None
+    x_rows = _row_view(x)
+    if x_rows is None or not triton_gemm_kernels.fused_pays_off(x_rows.shape[0]):
+        return None
+    return x_rows
+
+
+def geglu_linear_impl(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    gate_bias: Optional[torch.Tensor],
+    up_bias: Optional[torch.Tensor],
+    approximate: str,
+) -> torch.Tensor:
+    """gelu(x W_gate^T + b_gate) * (x W_up^T + b_up).
+
+    One fused GEMM where it runs and pays off; otherwise two GEMMs and the
+    activation kernel (or its PyTorch fallback).
+    """
+    out = x.new_empty(x.shape[:-1] + (gate_weight.shape[0],))
+    if out.numel() == 0:
+        return out
+    x_rows = _fused_linear_operands(x, gate_weight, up_weight)
+    if x_rows is not None:
+        triton_gemm_kernels.launch_geglu_linear(
+            x_rows, gate_weight, up_weight, gate_bias, up_bias, out.view(-1, out.shape[-1]), approximate
+        )
+    else:
+        _forward_into(F.linear(x, gate_weight, gate_bias), F.linear(x, up_weight, up_bias), out, approximate)
+    return out
+
+
 def geglu_concat_out_impl(out: torch.Tensor, x: torch.Tensor, approximate: str) -> None:
     if _row_view(out) is not None:
         _forward_into(*_halves(x), out, approximate)
@@ -215,6 +262,24 @@ def geglu_concat_out(out: torch.Tensor, x: torch.Tensor, approximate: str) -> No
 @geglu_concat_out.register_fake
 def _(out, x, approximate):
     return None
+
+
+@torch.library.custom_op(add_op_namespace_prefix("geglu_linear"), mutates_args=())
+def geglu_linear(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    gate_bias: Optional[torch.Tensor],
+    up_bias: Optional[torch.Tensor],
+    approximate: str,
+) -> torch.Tensor:
+    """Inference only: no autograd formula (functional.geglu_linear takes another path when a gradient is needed)."""
+    return geglu_linear_impl(x, gate_weight, up_weight, gate_bias, up_bias, approximate)
+
+
+@geglu_linear.register_fake
+def _(x, gate_weight, up_weight, gate_bias, up_bias, approximate):
+    return x.new_empty(x.shape[:-1] + (gate_weight.shape[0],))
 
 
 # --- the eager path ------------------------------------------------------------

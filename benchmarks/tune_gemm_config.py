@@ -1,0 +1,150 @@
+"""Sweep the fused GeGLU GEMM's launch table on a GPU, against the paths it replaces.
+
+Evidence for ``triton_gemm_kernels.TOKEN_CLASSES`` and ``FUSED_MAX_TOKENS``.
+For each model size and token count it times, side by side on the same
+random inputs (medians of ``triton.testing.do_bench``, which clears the L2
+before every repetition; every weight matrix here is larger than the L2):
+
+- ``cublas+ours``: ``x @ W_gate^T`` and ``x @ W_up^T`` through cuBLAS, then our activation kernel;
+- ``eager``: the same GEMMs, then ``F.gelu(g) * u``;
+- ``fused``: the fused kernel under every candidate configuration of the
+  token count's class (each checked against eager's output first).
+
+The floor of the first half is the larger of reading both weights once at
+the measured copy bandwidth and its FLOPs (4 T H I) at the measured cuBLAS
+rate. Results go to a JSON file; the last lines printed are the best
+configuration per cell and its speedup.
+
+    python benchmarks/tune_gemm_config.py --kernel-dir build --out gemm_sweep.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+from geglu_triton.benchmarking.environment import device_properties, load_kernel, utc_now, versions
+
+MODELS = {"Gemma 2B": (2048, 16384), "Gemma 7B": (3072, 24576), "Gemma3 27B": (5376, 21504)}
+DECODE_TOKENS = (1, 8, 16)
+MEDIUM_TOKENS = (64,)
+PREFILL_TOKENS = (1024, 4096)
+
+
+def candidates(gemm, tokens: int) -> list:
+    """The configurations tried for this token count's class."""
+    config = gemm.GemmConfig
+    if tokens <= 16:
+        grid = itertools.product((32, 64, 128), (128, 256), (4, 8), (3, 5))
+        return [config(16, n, k, 1, w, s) for n, k, w, s in grid]
+    if tokens <= 64:
+        grid = itertools.product((32, 64, 128), (64, 128), (4,), (3, 5))
+        return [config(64, n, k, 8, w, s) for n, k, w, s in grid]
+    shapes = [(64, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 8), (128, 128, 32, 8), (64, 256, 64, 8), (128, 256, 32, 8)]
+    return [config(m, n, k, 8, w, s) for (m, n, k, w), s in itertools.product(shapes, (3, 4))]
+
+
+def median_ms(fn) -> float:
+    return do_bench(fn, warmup=10, rep=60, return_mode="median")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernel-dir", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--approximate", default="tanh")
+    args = parser.parse_args()
+
+    kernel = load_kernel(args.kernel_dir).module
+    gemm = kernel.triton_gemm_kernels
+    dtype, approximate = torch.bfloat16, args.approximate
+
+    src = torch.randint(0, 256, (2**30,), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    copy_bytes_per_s = 2 * src.numel() / (median_ms(lambda: dst.copy_(src)) * 1e-3)
+    a, b = (torch.randn(8192, 8192, device="cuda", dtype=dtype) for _ in range(2))
+    matmul_flop_per_s = 2 * 8192**3 / (median_ms(lambda: a @ b) * 1e-3)
+    del src, dst, a, b
+    print(f"copy {copy_bytes_per_s / 1e12:.2f} TB/s, matmul {matmul_flop_per_s / 1e12:.0f} TFLOP/s", flush=True)
+
+    cells = []
+    for (model, (hidden, intermediate)), tokens in itertools.product(
+        MODELS.items(), DECODE_TOKENS + MEDIUM_TOKENS + PREFILL_TOKENS
+    ):
+        x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
+        w_gate, w_up = (torch.randn(intermediate, hidden, device="cuda", dtype=dtype) * hidden**-0.5 for _ in range(2))
+        floor_s = max(2 * w_gate.numel() * 2 / copy_bytes_per_s, 4 * tokens * hidden * intermediate / matmul_flop_per_s)
+
+        def eager():
+            return F.gelu(x @ w_gate.T, approximate=approximate) * (x @ w_up.T)
+
+        def cublas_and_ours():
+            return kernel.geglu(x @ w_gate.T, x @ w_up.T, approximate=approximate)
+
+        reference = eager().float()
+        cell = {
+            "model": model,
+            "hidden": hidden,
+            "intermediate": intermediate,
+            "tokens": tokens,
+            "floor_us": floor_s * 1e6,
+            "eager_us": median_ms(eager) * 1e3,
+            "cublas_and_ours_us": median_ms(cublas_and_ours) * 1e3,
+            "configs": [],
+        }
+        out = torch.empty(tokens, intermediate, device="cuda", dtype=dtype)
+        for config in candidates(gemm, tokens):
+            entry = {"config": config.__dict__}
+
+            def fused():
+                gemm.launch_geglu_linear(x, w_gate, w_up, None, None, out, approximate, config=config)
+
+            try:
+                out.fill_(float("nan"))
+                fused()
+                torch.cuda.synchronize()
+                entry["rel_error_vs_eager"] = ((out.float() - reference).norm() / reference.norm()).item()
+                entry["us"] = median_ms(fused) * 1e3
+            except Exception as err:  # out of shared memory or registers: record and go on
+                entry["error"] = f"{type(err).__name__}: {str(err)[:200]}"
+            cell["configs"].append(entry)
+        timed = [c for c in cell["configs"] if "us" in c and c["rel_error_vs_eager"] < 2e-2]
+        best = min(timed, key=lambda c: c["us"]) if timed else None
+        cell["best"] = best
+        if best:
+            print(
+                f"{model:10} T={tokens:5} floor {cell['floor_us']:8.1f} us | eager {cell['eager_us']:8.1f} "
+                f"cublas+ours {cell['cublas_and_ours_us']:8.1f} fused {best['us']:8.1f} "
+                f"({100 * cell['floor_us'] / best['us']:4.0f}% of floor, "
+                f"{cell['cublas_and_ours_us'] / best['us']:.2f}x cublas+ours) {best['config']}",
+                flush=True,
+            )
+        cells.append(cell)
+        del x, w_gate, w_up, out, reference
+        torch.cuda.empty_cache()
+
+    result = {
+        "what": "fused GeGLU GEMM launch-table sweep (first half of the MLP: both projections and the GeGLU)",
+        "gpu": torch.cuda.get_device_name(),
+        "device": device_properties(torch.device("cuda")),
+        "versions": versions(),
+        "date": utc_now().isoformat(timespec="seconds"),
+        "dtype": "bf16",
+        "approximate": approximate,
+        "copy_tb_per_s": copy_bytes_per_s / 1e12,
+        "matmul_tflop_per_s": matmul_flop_per_s / 1e12,
+        "floor": "max(read W_gate and W_up once at the copy bandwidth, 4*T*H*I FLOPs at the matmul rate)",
+        "cells": cells,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

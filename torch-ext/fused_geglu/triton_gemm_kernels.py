@@ -1,0 +1,227 @@
+"""Triton kernel for the first half of a GeGLU MLP: both projections and the GeGLU in one GEMM.
+
+    h = gelu(x @ W_gate^T + b_gate) * (x @ W_up^T + b_up)
+
+x is [M, K] (tokens x hidden), W_gate and W_up are ``nn.Linear`` weights
+[N, K] (intermediate x hidden), h is [M, N]. Eager PyTorch runs two GEMMs
+that each write an [M, N] tensor to HBM, then reads both back for the GELU
+and the multiply. Here one program computes one [BLOCK_M, BLOCK_N] tile of h:
+it streams the matching rows of both weights past the same x tile into two
+fp32 accumulators and writes h alone. The weights are read where they are:
+two separate ``nn.Linear`` weights, or the two halves of a fused
+``gate_up_proj`` weight, with no concatenated copy.
+
+Tiling
+------
+Each step of the K loop loads an x tile [BLOCK_M, BLOCK_K] and the two weight
+tiles [BLOCK_N, BLOCK_K] (rows of W, contiguous along K: 16-byte loads) and
+feeds both products to the tensor cores through ``tl.dot`` (bf16/fp16
+operands, fp32 accumulation; on Hopper, wgmma where the tile allows).
+``num_stages`` is how many K steps Triton's pipeliner keeps in flight.
+Rows and columns past the end of x and W are clamped onto valid ones, so the
+loads need no row or column mask; the final store drops those results.
+
+The launch table (``geglu_linear_config``) has two shape classes:
+
+- decode (a few tokens): each weight is read once and each weight byte
+  meets at most a few tokens, so the kernel streams weights and is
+  memory-bound. BLOCK_M is the smallest tile ``tl.dot`` takes (16) and
+  BLOCK_N is small, giving several programs per SM to keep HBM busy.
+- prefill: compute-bound. Large tiles; programs run in groups of GROUP_M
+  row tiles that share each weight tile while it is in L2.
+
+Rounding points
+---------------
+Eager's projections return bf16/fp16, so it rounds each accumulator (bias
+added in fp32) to the storage dtype before the GELU; the epilogue rounds at
+the same point and then computes the GeGLU exactly as the activation kernel
+does. h then differs from eager's only through the GEMMs' order of
+accumulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .triton_kernels import RUNS_INTERPRETED, geglu_rounded_like_eager, needs_int64_offsets, round_to
+from .triton_launcher import Launcher
+
+#: Storage dtypes the fused GEMM runs (tensor-core operands; fp32 would need
+#: tf32 or a slow exact dot, so fp32 takes cuBLAS and the activation kernel).
+FUSED_DTYPES = (torch.bfloat16, torch.float16)
+
+
+@triton.jit(do_not_specialize=["n_tokens"])
+def geglu_linear_kernel(
+    x_ptr,
+    gate_weight_ptr,
+    up_weight_ptr,
+    gate_bias_ptr,
+    up_bias_ptr,
+    out_ptr,
+    n_tokens,
+    n_out,
+    n_in,
+    x_row_stride,
+    gate_weight_row_stride,
+    up_weight_row_stride,
+    out_row_stride,
+    APPROXIMATE_TANH: tl.constexpr,
+    HAS_GATE_BIAS: tl.constexpr,
+    HAS_UP_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    INT64_OFFSETS: tl.constexpr,
+    INTERPRETED: tl.constexpr,
+):
+    """One [BLOCK_M, BLOCK_N] tile of h = gelu(x W_gate^T + b_gate) * (x W_up^T + b_up).
+
+    ``n_tokens`` is not specialized on, so a new token count never compiles
+    a new variant.
+    """
+    # Program -> tile, in groups of GROUP_M row tiles: the programs of a group
+    # walk the same column tiles (weight rows) one after another.
+    pid = tl.program_id(0)
+    row_tiles = tl.cdiv(n_tokens, BLOCK_M)
+    col_tiles = tl.cdiv(n_out, BLOCK_N)
+    programs_per_group = GROUP_M * col_tiles
+    first_row_tile = (pid // programs_per_group) * GROUP_M
+    group_rows = tl.minimum(row_tiles - first_row_tile, GROUP_M)
+    row_tile = first_row_tile + (pid % programs_per_group) % group_rows
+    col_tile = (pid % programs_per_group) // group_rows
+
+    rows = row_tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = col_tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    if INT64_OFFSETS:
+        rows = rows.to(tl.int64)
+        cols = cols.to(tl.int64)
+    ks = tl.arange(0, BLOCK_K)
+    # Clamped onto valid rows of x and W: in-bounds loads with no row mask.
+    x_rows = rows % n_tokens
+    weight_rows = cols % n_out
+    x_ptrs = x_ptr + x_rows[:, None] * x_row_stride + ks[None, :]
+    gate_weight_ptrs = gate_weight_ptr + weight_rows[:, None] * gate_weight_row_stride + ks[None, :]
+    up_weight_ptrs = up_weight_ptr + weight_rows[:, None] * up_weight_row_stride + ks[None, :]
+
+    # Both projections over the same x tiles: x is loaded once for two dots.
+    acc_gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k_start in range(0, n_in, BLOCK_K):
+        in_k = ks[None, :] < n_in - k_start  # only the last step of a K that BLOCK_K does not divide masks anything
+        x = tl.load(x_ptrs, mask=in_k, other=0.0)
+        gate_weight = tl.load(gate_weight_ptrs, mask=in_k, other=0.0)
+        up_weight = tl.load(up_weight_ptrs, mask=in_k, other=0.0)
+        if INTERPRETED:  # see triton_kernels.RUNS_INTERPRETED
+            x, gate_weight, up_weight = x.to(tl.float32), gate_weight.to(tl.float32), up_weight.to(tl.float32)
+        acc_gate = tl.dot(x, tl.trans(gate_weight), acc_gate)
+        acc_up = tl.dot(x, tl.trans(up_weight), acc_up)
+        x_ptrs += BLOCK_K
+        gate_weight_ptrs += BLOCK_K
+        up_weight_ptrs += BLOCK_K
+
+    # Epilogue: bias in fp32, then the projections rounded to the storage
+    # dtype as eager's GEMMs return them, then eager's rounded GeGLU.
+    if HAS_GATE_BIAS:
+        acc_gate += tl.load(gate_bias_ptr + weight_rows).to(tl.float32)[None, :]
+    if HAS_UP_BIAS:
+        acc_up += tl.load(up_bias_ptr + weight_rows).to(tl.float32)[None, :]
+    dtype = out_ptr.dtype.element_ty
+    gate = round_to(acc_gate, dtype, INTERPRETED).to(tl.float32)
+    up = round_to(acc_up, dtype, INTERPRETED).to(tl.float32)
+    h = geglu_rounded_like_eager(gate, up, dtype, APPROXIMATE_TANH, INTERPRETED)
+    mask = (rows < n_tokens)[:, None] & (cols < n_out)[None, :]
+    tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :], h, mask=mask)
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+
+#: Launch table by token count: (most tokens of the class, config), from
+#: benchmarks/tune_gemm_config.py on the H200 (see docs/PERFORMANCE.md).
+TOKEN_CLASSES: tuple[tuple[Optional[int], GemmConfig], ...] = (
+    (16, GemmConfig(block_m=16, block_n=64, block_k=256, group_m=1, num_warps=4, num_stages=4)),
+    (64, GemmConfig(block_m=64, block_n=64, block_k=128, group_m=8, num_warps=4, num_stages=4)),
+    (None, GemmConfig(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3)),
+)
+
+#: The fused kernel is the default up to this many tokens; past it, two
+#: cuBLAS GEMMs and the activation kernel are faster (docs/PERFORMANCE.md).
+FUSED_MAX_TOKENS: Optional[int] = None
+
+
+def geglu_linear_config(n_tokens: int) -> GemmConfig:
+    return next(config for most, config in TOKEN_CLASSES if most is None or n_tokens <= most)
+
+
+def fused_pays_off(n_tokens: int) -> bool:
+    """Whether the fused kernel is the faster path for this many tokens.
+
+    Under the interpreter it always runs, so that the CPU tests exercise it.
+    """
+    return RUNS_INTERPRETED or FUSED_MAX_TOKENS is None or n_tokens <= FUSED_MAX_TOKENS
+
+
+_launch_geglu_linear_kernel = Launcher(geglu_linear_kernel)
+
+
+def launch_geglu_linear(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    gate_bias: Optional[torch.Tensor],
+    up_bias: Optional[torch.Tensor],
+    out: torch.Tensor,
+    approximate: str,
+    config: Optional[GemmConfig] = None,
+) -> None:
+    """out [M, N] = GeGLU of x [M, K] through the weights [N, K]; every matrix with unit column stride.
+
+    ``config`` overrides the launch table (for tuning).
+    """
+    n_tokens, n_in = x.shape
+    n_out = gate_weight.shape[0]
+    config = config or geglu_linear_config(n_tokens)
+    grid = (triton.cdiv(n_tokens, config.block_m) * triton.cdiv(n_out, config.block_n),)
+    _launch_geglu_linear_kernel(
+        grid,
+        (
+            x,
+            gate_weight,
+            up_weight,
+            out if gate_bias is None else gate_bias,  # never read without a bias
+            out if up_bias is None else up_bias,
+            out,
+            n_tokens,
+            n_out,
+            n_in,
+            x.stride(0),
+            gate_weight.stride(0),
+            up_weight.stride(0),
+            out.stride(0),
+        ),
+        APPROXIMATE_TANH=approximate == "tanh",
+        HAS_GATE_BIAS=gate_bias is not None,
+        HAS_UP_BIAS=up_bias is not None,
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        GROUP_M=config.group_m,
+        INT64_OFFSETS=needs_int64_offsets(x, gate_weight, up_weight, out),
+        INTERPRETED=RUNS_INTERPRETED,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
