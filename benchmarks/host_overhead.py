@@ -114,13 +114,11 @@ def activation_cases(kernel, shape) -> dict:
     tk = kernel.triton_kernels
     g, u, grad = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     out = torch.empty_like(g)
-    rows = [t.view(1, -1) for t in (g, u, out)]
-    config = tk.launch_config(1, g.numel(), g.element_size())
-    grid = tk._grid(1, g.numel(), config)
-    runtime_args = (*rows, 1, g.numel(), *(t.stride(0) for t in rows))
-    options = tk._launch_options(config, "tanh", *rows)
-    compiled = tk.geglu_forward_kernel[grid](*runtime_args, **options)
-    constexprs = [options[name] for name in tk.geglu_forward_kernel.arg_names[len(runtime_args) :]]
+    tensors = (g, u, out)
+    n_cols = g.numel()
+    scalars = (1, n_cols, n_cols, n_cols, n_cols)
+    grid, options = tk.launch_plan(1, n_cols, n_cols, g.element_size(), "tanh")
+    compiled = tk.geglu_forward_kernel[grid](*tensors, *scalars, **options.as_kwargs())
     stream = torch.cuda.current_stream().cuda_stream
     gr, ur = g.clone().requires_grad_(), u.clone().requires_grad_()
 
@@ -131,9 +129,9 @@ def activation_cases(kernel, shape) -> dict:
         "eager": lambda: F.gelu(g, approximate="tanh") * u,
         "public": lambda: kernel.geglu(g, u),
         "public, Triton dispatch": TritonDispatchOnly(kernel, lambda: kernel.geglu(g, u)),
-        "launcher": lambda: tk.launch_forward(*rows, "tanh"),
-        "jit launch": lambda: tk.geglu_forward_kernel[grid](*runtime_args, **options),
-        "compiled runner": lambda: compiled[grid + (1, 1)](*runtime_args, *constexprs, stream=stream),
+        "launcher": lambda: tk.launch_forward(tensors, 1, n_cols, scalars[2:], "tanh"),
+        "jit launch": lambda: tk.geglu_forward_kernel[grid](*tensors, *scalars, **options.as_kwargs()),
+        "compiled runner": lambda: compiled[grid + (1, 1)](*tensors, *scalars, *options.constexpr_values, stream=stream),
         "fwd+bwd eager": forward_backward(lambda a, b: F.gelu(a, approximate="tanh") * b),
         "fwd+bwd ours": forward_backward(kernel.geglu),
         "fwd+bwd eager forward, Python backward doing nothing": forward_backward(PythonBackwardOnly.apply),

@@ -241,12 +241,12 @@ def test_activation_layers(kernel, device, cls_name, approximate):
 
 
 def test_64bit_offsets_decision(kernel):
+    """(n_rows, n_cols, row stride): 64-bit offsets once one past the last element's offset reaches 2^31."""
     needs_int64 = kernel.triton_kernels.needs_int64_offsets
-    small = torch.empty(4, 8)
-    assert not needs_int64(small)
-    # A [2, 8] view whose second row starts at element 2^31 (meta: no memory).
-    huge_rows = torch.empty(2**32, device="meta").as_strided((2, 8), (2**31, 1))
-    assert needs_int64(huge_rows)
+    assert not needs_int64((4, 8, 8), (4, 8, 16))
+    assert needs_int64((4, 8, 8), (2, 8, 2**31))  # the second row starts at element 2^31
+    assert needs_int64((1, 2**31, 2**31))  # one row of 2^31 elements
+    assert not needs_int64((1, 2**31 - 1, 2**31 - 1))
 
 
 @pytest.mark.parametrize("approximate", APPROXIMATIONS)
@@ -257,15 +257,8 @@ def test_64bit_offset_kernels_compute_the_same(kernel, device, approximate):
         pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
     gate, up, grad_out = (randn(3, 37, device=device) for _ in range(3))
     out, grad_gate, grad_up = (torch.empty(3, 37, device=device) for _ in range(3))
-    config = tk.launch_config(3, 37, 4)
-    grid = tk._grid(3, 37, config)
-    common = dict(
-        APPROXIMATE_TANH=approximate == "tanh",
-        BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n,
-        INT64_OFFSETS=True,
-        INTERPRETED=tk.RUNS_INTERPRETED,
-    )
+    grid, options = tk.launch_plan(3, 37, 37, 4, approximate)
+    common = {**options.as_kwargs(), "INT64_OFFSETS": True}
     tk.geglu_forward_kernel[grid](gate, up, out, 3, 37, 37, 37, 37, **common)
     tk.geglu_backward_kernel[grid](grad_out, gate, up, grad_gate, grad_up, 3, 37, 37, 37, 37, 37, 37, **common)
     assert rel_error(out, geglu64(gate, up, approximate)) <= 1e-6

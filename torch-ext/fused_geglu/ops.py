@@ -68,15 +68,19 @@ def _rows(tensor: torch.Tensor) -> torch.Tensor:
     return view if view is not None else _row_view(tensor.contiguous())
 
 
-def _matrices(*tensors: torch.Tensor) -> list[torch.Tensor]:
-    """The [rows, cols] views the kernels run on.
+def _kernel_operands(*tensors: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], int, int, tuple[int, ...]]:
+    """What the elementwise kernels run on: the tensors, their [n_rows, n_cols] shape, each one's row stride.
 
-    All contiguous: one row of numel elements, so that tiles ignore row ends
-    and every access can be vectorized. Otherwise one row per row.
+    All contiguous: the tensors as they are, read as one row of numel
+    elements, so that tiles ignore row ends and every access can be a 16-byte
+    vector. Otherwise their [rows, cols] views, one row per row.
     """
-    if all(t.is_contiguous() for t in tensors):
-        return [t.view(1, -1) for t in tensors]
-    return [_rows(t) for t in tensors]
+    if all([t.is_contiguous() for t in tensors]):
+        numel = tensors[0].numel()
+        return tensors, 1, numel, (numel,) * len(tensors)
+    views = tuple([_rows(t) for t in tensors])
+    n_rows, n_cols = views[0].shape
+    return views, n_rows, n_cols, tuple([v.stride(0) for v in views])
 
 
 def _forward_into(gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor, approximate: str) -> None:
@@ -84,7 +88,7 @@ def _forward_into(gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor, appro
     if out.numel() == 0:
         return
     if _runs_on_triton(gate):
-        triton_kernels.launch_forward(*_matrices(gate, up, out), approximate)
+        triton_kernels.launch_forward(*_kernel_operands(gate, up, out), approximate)
     else:
         torch_fallback.forward_into(gate, up, out, approximate)
 
@@ -93,9 +97,16 @@ def _backward_into(grad_out, gate, up, grad_gate, grad_up, approximate: str) -> 
     if gate.numel() == 0:
         return
     if _runs_on_triton(gate):
-        triton_kernels.launch_backward(*_matrices(grad_out, gate, up, grad_gate, grad_up), approximate)
+        triton_kernels.launch_backward(*_kernel_operands(grad_out, gate, up, grad_gate, grad_up), approximate)
     else:
         torch_fallback.backward_into(grad_out, gate, up, grad_gate, grad_up, approximate)
+
+
+def _new_output(like: torch.Tensor, shape=None) -> torch.Tensor:
+    """A contiguous tensor of ``like``'s dtype and device (of ``like``'s shape unless given)."""
+    if shape is None:
+        return torch.empty_like(like, memory_format=torch.contiguous_format)
+    return like.new_empty(shape)
 
 
 def _halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,25 +118,25 @@ def _halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def geglu_impl(gate: torch.Tensor, up: torch.Tensor, approximate: str) -> torch.Tensor:
-    out = gate.new_empty(gate.shape)
+    out = _new_output(gate)
     _forward_into(gate, up, out, approximate)
     return out
 
 
 def geglu_backward_impl(grad_out, gate, up, approximate: str) -> tuple[torch.Tensor, torch.Tensor]:
-    grad_gate, grad_up = gate.new_empty(gate.shape), up.new_empty(up.shape)
+    grad_gate, grad_up = _new_output(gate), _new_output(up)
     _backward_into(grad_out, gate, up, grad_gate, grad_up, approximate)
     return grad_gate, grad_up
 
 
 def geglu_concat_impl(x: torch.Tensor, approximate: str) -> torch.Tensor:
-    out = x.new_empty(concat_output_shape(x))
+    out = _new_output(x, concat_output_shape(x))
     _forward_into(*_halves(x), out, approximate)
     return out
 
 
 def geglu_concat_backward_impl(grad_out, x, approximate: str) -> torch.Tensor:
-    grad_x = x.new_empty(x.shape)
+    grad_x = _new_output(x)
     _backward_into(grad_out, *_halves(x), *_halves(grad_x), approximate)
     return grad_x
 
@@ -160,7 +171,7 @@ def geglu_linear_impl(
     One fused GEMM where it runs and pays off; otherwise two GEMMs and the
     activation kernel (or its PyTorch fallback).
     """
-    out = x.new_empty(x.shape[:-1] + (gate_weight.shape[0],))
+    out = _new_output(x, x.shape[:-1] + (gate_weight.shape[0],))
     if out.numel() == 0:
         return out
     x_rows = _fused_linear_operands(x, gate_weight, up_weight)

@@ -41,6 +41,7 @@ accumulation.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -49,7 +50,7 @@ import triton
 import triton.language as tl
 
 from .triton_kernels import RUNS_INTERPRETED, geglu_rounded_like_eager, needs_int64_offsets, round_to
-from .triton_launcher import Launcher
+from .triton_launcher import Launcher, LaunchOptions
 
 #: Storage dtypes the fused GEMM runs (tensor-core operands; fp32 would need
 #: tf32 or a slow exact dot, so fp32 takes cuBLAS and the activation kernel).
@@ -175,6 +176,27 @@ def fused_pays_off(n_tokens: int) -> bool:
     return RUNS_INTERPRETED or FUSED_MAX_TOKENS is None or n_tokens <= FUSED_MAX_TOKENS
 
 
+@functools.lru_cache(maxsize=256)
+def _launch_options(
+    config: GemmConfig, approximate: str, has_gate_bias: bool, has_up_bias: bool, int64_offsets: bool
+) -> LaunchOptions:
+    return LaunchOptions(
+        constexprs=(
+            ("APPROXIMATE_TANH", approximate == "tanh"),
+            ("HAS_GATE_BIAS", has_gate_bias),
+            ("HAS_UP_BIAS", has_up_bias),
+            ("BLOCK_M", config.block_m),
+            ("BLOCK_N", config.block_n),
+            ("BLOCK_K", config.block_k),
+            ("GROUP_M", config.group_m),
+            ("INT64_OFFSETS", int64_offsets),
+            ("INTERPRETED", RUNS_INTERPRETED),
+        ),
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
+
+
 _launch_geglu_linear_kernel = Launcher(geglu_linear_kernel)
 
 
@@ -195,33 +217,12 @@ def launch_geglu_linear(
     n_tokens, n_in = x.shape
     n_out = gate_weight.shape[0]
     config = config or geglu_linear_config(n_tokens)
+    strides = (x.stride(0), gate_weight.stride(0), up_weight.stride(0), out.stride(0))
+    matrices = ((n_tokens, n_in), (n_out, n_in), (n_out, n_in), (n_tokens, n_out))
+    int64_offsets = needs_int64_offsets(*((rows, cols, stride) for (rows, cols), stride in zip(matrices, strides)))
+    options = _launch_options(config, approximate, gate_bias is not None, up_bias is not None, int64_offsets)
     grid = (triton.cdiv(n_tokens, config.block_m) * triton.cdiv(n_out, config.block_n),)
-    _launch_geglu_linear_kernel(
-        grid,
-        (
-            x,
-            gate_weight,
-            up_weight,
-            out if gate_bias is None else gate_bias,  # never read without a bias
-            out if up_bias is None else up_bias,
-            out,
-            n_tokens,
-            n_out,
-            n_in,
-            x.stride(0),
-            gate_weight.stride(0),
-            up_weight.stride(0),
-            out.stride(0),
-        ),
-        APPROXIMATE_TANH=approximate == "tanh",
-        HAS_GATE_BIAS=gate_bias is not None,
-        HAS_UP_BIAS=up_bias is not None,
-        BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n,
-        BLOCK_K=config.block_k,
-        GROUP_M=config.group_m,
-        INT64_OFFSETS=needs_int64_offsets(x, gate_weight, up_weight, out),
-        INTERPRETED=RUNS_INTERPRETED,
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-    )
+    # Without a bias the kernel never reads its pointer: pass out in its place.
+    biases = (out if gate_bias is None else gate_bias, out if up_bias is None else up_bias)
+    tensors = (x, gate_weight, up_weight, *biases, out)
+    _launch_geglu_linear_kernel(grid, tensors, (n_tokens, n_out, n_in, *strides), options)

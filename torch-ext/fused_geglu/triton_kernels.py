@@ -42,7 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_launcher import Launcher
+from .triton_launcher import Launcher, LaunchOptions
 
 # GELU constants, as constexpr globals so that compiled kernels may read them.
 SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)  # sqrt(2 / pi)
@@ -241,59 +241,46 @@ def launch_config(n_rows: int, n_cols: int, element_size: int) -> LaunchConfig:
     return LaunchConfig(block_m, block_n, num_warps)
 
 
-def needs_int64_offsets(*matrices: torch.Tensor) -> bool:
-    """Whether any element offset of these [rows, cols] views reaches 2^31."""
-    return any(
-        (m.shape[0] - 1) * m.stride(0) + m.shape[1] >= INT32_OFFSET_LIMIT or m.numel() >= INT32_OFFSET_LIMIT
-        for m in matrices
-    )
+def needs_int64_offsets(*matrices: tuple[int, int, int]) -> bool:
+    """Whether an offset into these (n_rows, n_cols, row stride) matrices (one past the last) reaches 2^31."""
+    return any((n_rows - 1) * row_stride + n_cols >= INT32_OFFSET_LIMIT for n_rows, n_cols, row_stride in matrices)
 
 
-def _grid(n_rows: int, n_cols: int, config: LaunchConfig) -> tuple[int]:
-    return (triton.cdiv(n_rows, config.block_m) * triton.cdiv(n_cols, config.block_n),)
-
-
-def _launch_options(config: LaunchConfig, approximate: str, *matrices: torch.Tensor) -> dict:
-    """The compile-time arguments both kernels take, for these [rows, cols] views."""
-    return dict(
-        APPROXIMATE_TANH=approximate == "tanh",
-        BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n,
-        INT64_OFFSETS=needs_int64_offsets(*matrices),
-        INTERPRETED=RUNS_INTERPRETED,
+@functools.lru_cache(maxsize=4096)
+def launch_plan(
+    n_rows: int, n_cols: int, max_row_stride: int, element_size: int, approximate: str
+) -> tuple[tuple[int], LaunchOptions]:
+    """Grid and constexprs of either kernel on [n_rows, n_cols] matrices (cached: one lookup per call)."""
+    config = launch_config(n_rows, n_cols, element_size)
+    grid = (triton.cdiv(n_rows, config.block_m) * triton.cdiv(n_cols, config.block_n),)
+    options = LaunchOptions(
+        constexprs=(
+            ("APPROXIMATE_TANH", approximate == "tanh"),
+            ("BLOCK_M", config.block_m),
+            ("BLOCK_N", config.block_n),
+            ("INT64_OFFSETS", needs_int64_offsets((n_rows, n_cols, max_row_stride))),
+            ("INTERPRETED", RUNS_INTERPRETED),
+        ),
         num_warps=config.num_warps,
     )
+    return grid, options
 
 
 _launch_forward_kernel = Launcher(geglu_forward_kernel)
 _launch_backward_kernel = Launcher(geglu_backward_kernel)
 
 
-def launch_forward(gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor, approximate: str) -> None:
-    """Run the forward kernel on [rows, cols] views with unit column stride."""
-    n_rows, n_cols = gate.shape
-    config = launch_config(n_rows, n_cols, gate.element_size())
-    _launch_forward_kernel(
-        _grid(n_rows, n_cols, config),
-        (gate, up, out, n_rows, n_cols, gate.stride(0), up.stride(0), out.stride(0)),
-        **_launch_options(config, approximate, gate, up, out),
-    )
+def launch_forward(
+    tensors: tuple[torch.Tensor, ...], n_rows: int, n_cols: int, row_strides: tuple[int, ...], approximate: str
+) -> None:
+    """The forward kernel on (gate, up, out), read as [n_rows, n_cols] with these row strides and unit column stride."""
+    grid, options = launch_plan(n_rows, n_cols, max(row_strides), tensors[0].element_size(), approximate)
+    _launch_forward_kernel(grid, tensors, (n_rows, n_cols, *row_strides), options)
 
 
 def launch_backward(
-    grad_out: torch.Tensor,
-    gate: torch.Tensor,
-    up: torch.Tensor,
-    grad_gate: torch.Tensor,
-    grad_up: torch.Tensor,
-    approximate: str,
+    tensors: tuple[torch.Tensor, ...], n_rows: int, n_cols: int, row_strides: tuple[int, ...], approximate: str
 ) -> None:
-    """Run the backward kernel on [rows, cols] views with unit column stride."""
-    n_rows, n_cols = gate.shape
-    config = launch_config(n_rows, n_cols, gate.element_size())
-    matrices = (grad_out, gate, up, grad_gate, grad_up)
-    _launch_backward_kernel(
-        _grid(n_rows, n_cols, config),
-        (*matrices, n_rows, n_cols, *(m.stride(0) for m in matrices)),
-        **_launch_options(config, approximate, *matrices),
-    )
+    """The backward kernel on (grad_out, gate, up, grad_gate, grad_up), read as in ``launch_forward``."""
+    grid, options = launch_plan(n_rows, n_cols, max(row_strides), tensors[0].element_size(), approximate)
+    _launch_backward_kernel(grid, tensors, (n_rows, n_cols, *row_strides), options)

@@ -3,11 +3,12 @@
 ``kernel[grid](*args)`` runs Triton's JIT dispatch on every call: it binds the
 arguments, derives a specialization key from them, looks the compiled kernel
 up, checks the kernel's globals and only then launches. On the H200 machine's
-CPU that costs tens of microseconds (benchmarks/host_overhead.py), longer
-than the whole GPU work of a decode-sized GeGLU. ``Launcher`` goes through
-Triton's dispatch once per specialization, keeps the ``CompiledKernel`` that
-it returns, and afterwards launches that compiled kernel directly through its
-own runner (``compiled[grid](*args, stream=...)``).
+CPU that costs about 7 microseconds more than launching the compiled kernel
+(benchmarks/host_overhead.py), as long as the whole GPU work of a decode-sized
+GeGLU. ``Launcher`` goes through Triton's dispatch once per specialization,
+keeps the ``CompiledKernel`` that it returns, and afterwards launches that
+compiled kernel itself, with the same call that Triton's dispatch ends in
+(``compiled.run(grid, stream, function, metadata, hooks, *args)``).
 
 Correctness rests on the key: a compiled kernel may be reused only for
 arguments that Triton would have compiled the same way. Triton specializes
@@ -18,20 +19,29 @@ of those, the constexprs and the launch options: it can only separate more
 cases than Triton does (a second cache entry for the same binary), never
 fewer.
 
-The direct path is used with Triton releases whose runner takes every bound
-argument, constexprs included, in signature order (read in the 3.6 and 3.9
-sources); on others, and under TRITON_INTERPRET=1, every call goes through
-``kernel[grid]`` as usual.
+The direct path is used with Triton releases whose dispatch ends in that
+call, with every bound argument, constexprs included, in signature order
+(read in the 3.4, 3.5, 3.6 and 3.9 sources); on others, and under
+TRITON_INTERPRET=1, every call goes through ``kernel[grid]`` as usual.
+Launch hooks (``triton.knobs.runtime.launch_enter_hook``, used by profilers)
+are called as Triton's dispatch calls them.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 import torch
 import triton
 from triton.runtime import driver
+
+try:
+    from triton import knobs
+except ImportError:  # before Triton 3.4, which never launches directly (DIRECT_LAUNCH_MIN_TRITON)
+    knobs = None
 
 #: Triton releases from which the compiled kernel's runner takes all bound arguments.
 DIRECT_LAUNCH_MIN_TRITON = (3, 4)
@@ -49,26 +59,44 @@ def direct_launch_supported() -> bool:
     return os.environ.get("TRITON_INTERPRET") != "1" and _triton_version() >= DIRECT_LAUNCH_MIN_TRITON
 
 
-def specialization_key(args: tuple) -> tuple:
-    """What Triton specializes a compiled kernel on, for these runtime arguments (or more)."""
-    key = []
-    for arg in args:
-        if isinstance(arg, torch.Tensor):
-            key.append((arg.dtype, arg.data_ptr() % 16 == 0))
-        elif isinstance(arg, int):
-            key.append((arg % 16 == 0, arg == 1, _INT32_MIN <= arg <= _INT32_MAX))
-        else:
-            key.append(arg)
-    return tuple(key)
+@functools.lru_cache(maxsize=4096)
+def scalar_key(scalars: tuple[int, ...]) -> tuple:
+    """What Triton specializes on in these integer arguments: divisibility by 16, equality to 1, width."""
+    return tuple((s % 16 == 0, s == 1, _INT32_MIN <= s <= _INT32_MAX) for s in scalars)
+
+
+def tensor_key(tensors: tuple[torch.Tensor, ...]) -> tuple:
+    """What Triton specializes on in these pointer arguments: dtype and 16-byte alignment."""
+    return tuple([(t.dtype, t.data_ptr() % 16 == 0) for t in tensors])
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """A kernel's constexprs (name, value) in signature order and its launch options."""
+
+    constexprs: tuple[tuple[str, Any], ...]
+    num_warps: int
+    num_stages: Optional[int] = None
+    key: tuple = field(init=False, repr=False)
+    constexpr_values: tuple = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (self.constexprs, self.num_warps, self.num_stages))
+        object.__setattr__(self, "constexpr_values", tuple(value for _, value in self.constexprs))
+
+    def as_kwargs(self) -> dict[str, Any]:
+        kwargs = dict(self.constexprs, num_warps=self.num_warps)
+        if self.num_stages is not None:
+            kwargs["num_stages"] = self.num_stages
+        return kwargs
 
 
 class Launcher:
     """Launches one ``@triton.jit`` kernel, through Triton's dispatch only on a new specialization.
 
-    Call it with the grid, the runtime arguments in signature order (the
-    first a tensor, on the device to launch on), and the constexprs and
-    launch options (``num_warps``, ``num_stages``) by name. The kernel's
-    constexpr parameters must come after all of its runtime ones.
+    The kernel's parameters must be its pointer arguments, then its integer
+    arguments, then its constexprs; a call passes them as ``tensors`` (the
+    first on the device to launch on), ``scalars`` and ``options``.
     """
 
     def __init__(self, kernel: Any) -> None:
@@ -76,21 +104,32 @@ class Launcher:
         self.direct = direct_launch_supported()
         self._compiled: dict[tuple, Any] = {}
 
-    def __call__(self, grid: tuple[int, ...], args: tuple, **constexprs_and_options: Any) -> None:
-        """Launch on the device of ``args[0]`` (Triton launches on the current device: make it current)."""
-        tensor_device = args[0].device
-        if tensor_device.index is not None and tensor_device.index != driver.active.get_current_device():
-            with torch.get_device_module(tensor_device).device(tensor_device.index):
-                return self(grid, args, **constexprs_and_options)
+    def __call__(
+        self, grid: tuple[int, ...], tensors: tuple[torch.Tensor, ...], scalars: tuple[int, ...], options: LaunchOptions
+    ) -> None:
+        # Triton launches on the current device: make the tensors' device current.
+        index = tensors[0].get_device()
+        if index >= 0 and index != driver.active.get_current_device():
+            with torch.get_device_module(tensors[0].device).device(index):
+                return self(grid, tensors, scalars, options)
         if not self.direct:
-            self.kernel[grid](*args, **constexprs_and_options)
+            self.kernel[grid](*tensors, *scalars, **options.as_kwargs())
             return
-        device = driver.active.get_current_device()
-        key = (device, tuple(constexprs_and_options.items()), specialization_key(args))
+        key = (index, options.key, tensor_key(tensors), scalar_key(scalars))
         compiled = self._compiled.get(key)
         if compiled is None:
-            self._compiled[key] = self.kernel[grid](*args, **constexprs_and_options)
+            self._compiled[key] = self.kernel[grid](*tensors, *scalars, **options.as_kwargs())
             return
-        constexprs = (constexprs_and_options[name] for name in self.kernel.arg_names[len(args) :])
-        grid_xyz = grid + (1,) * (3 - len(grid))  # the runner reads all three
-        compiled[grid_xyz](*args, *constexprs, stream=driver.active.get_current_stream(device))
+        args = (*tensors, *scalars, *options.constexpr_values)
+        grid_xyz = grid + (1,) * (3 - len(grid))
+        stream = driver.active.get_current_stream(index)
+        compiled.run(
+            *grid_xyz,
+            stream,
+            compiled.function,
+            compiled.packed_metadata,
+            compiled.launch_metadata(grid_xyz, stream, *args),
+            knobs.runtime.launch_enter_hook,
+            knobs.runtime.launch_exit_hook,
+            *args,
+        )
