@@ -204,11 +204,9 @@ class _GradientsIntoInputs(torch.autograd.Function):
         return gate, up
 
 
-def test_inputs_a_backward_overwrites_are_checked_as_given(kernel, monkeypatch):
-    """Liger's in-place backward: the check compares with the inputs the call was given, not what it left."""
-    monkeypatch.setattr(implementations, "_liger_gelu_mul", lambda: _GradientsIntoInputs.apply)
+def _cpu_context(kernel) -> workloads.Context:
     device = torch.device("cpu")
-    ctx = workloads.Context(
+    return workloads.Context(
         device=device,
         timer=Timer(device, warmup_ms=1, rep_ms=1),
         kernel=kernel,
@@ -218,8 +216,50 @@ def test_inputs_a_backward_overwrites_are_checked_as_given(kernel, monkeypatch):
         memory_budget_bytes=2**30,
         deadline=Deadline(600),
     )
-    cell = workloads.ActivationBench(ctx, 5, 33, torch.float32, "tanh", backward=True)
+
+
+def test_inputs_a_backward_overwrites_are_checked_as_given(kernel, monkeypatch):
+    """Liger's in-place backward: the check compares with the inputs the call was given, not what it left."""
+    monkeypatch.setattr(implementations, "_liger_gelu_mul", lambda: _GradientsIntoInputs.apply)
+    cell = workloads.ActivationBench(_cpu_context(kernel), 5, 33, torch.float32, "tanh", backward=True)
     cell.implementations = (implementations.LIGER,)
     liger = workloads.measure_cell(cell)["results"][implementations.LIGER]
     assert liger["status"] == "ok", liger["reason"]
     assert liger["within_tolerance"], liger["rel_errors"]
+
+
+def test_implementations_are_timed_in_alternating_rounds():
+    timer = Timer(torch.device("cpu"), warmup_ms=0.01, rep_ms=0.01)
+    order = []
+    medians = timer.medians_interleaved(
+        {name: ((lambda name=name: order.append(name)), None) for name in "ab"}, rounds=3
+    )
+    assert set(medians) == {"a", "b"} and all(seconds >= 0 for seconds in medians.values())
+    # Warm-up of a, then of b, then three rounds in which each takes its turn.
+    turns = [name for i, name in enumerate(order) if i == 0 or order[i - 1] != name]
+    assert turns[-6:] == ["a", "b"] * 3
+
+
+class _FailsAfterTwoCalls(torch.autograd.Function):
+    """GeGLU that works for the first call and the checked call, then fails: a failure while timed."""
+
+    calls = 0
+
+    @staticmethod
+    def forward(ctx, gate, up):
+        _FailsAfterTwoCalls.calls += 1
+        if _FailsAfterTwoCalls.calls > 2:
+            raise RuntimeError("launch failed")
+        return torch.nn.functional.gelu(gate, approximate="tanh") * up
+
+
+def test_a_failure_while_timed_is_charged_to_its_implementation(kernel, monkeypatch):
+    monkeypatch.setattr(implementations, "_liger_gelu_mul", lambda: _FailsAfterTwoCalls.apply)
+    cell = workloads.ActivationBench(_cpu_context(kernel), 5, 33, torch.float32, "tanh", backward=False)
+    cell.implementations = (implementations.EAGER, implementations.LIGER)
+    results = workloads.measure_cell(cell)["results"]
+    assert results[implementations.EAGER]["status"] == "ok"
+    assert results[implementations.EAGER]["median_us"] > 0
+    assert results[implementations.LIGER]["status"] == "failed"
+    assert "while timed" in results[implementations.LIGER]["reason"]
+    assert "launch failed" in results[implementations.LIGER]["reason"]

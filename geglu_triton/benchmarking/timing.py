@@ -4,9 +4,11 @@ The timer follows ``triton.testing.do_bench``'s method: one call to warm up,
 five to estimate the time, warm-up calls for ``warmup_ms``, then repetitions
 for ``rep_ms``, each preceded by a write over a buffer larger than the L2
 cache and timed alone between two CUDA events; the result is the median.
-It adds one thing do_bench lacks, an untimed ``prepare`` before each
+It adds two things do_bench lacks: an untimed ``prepare`` before each
 repetition (Liger's backward overwrites its inputs; ``prepare`` draws fresh
-ones). On a CPU the same loop runs with ``time.perf_counter``.
+ones), and timing the implementations of a cell in alternating rounds
+(``medians_interleaved``), so that device drift does not favour whichever
+runs first. On a CPU the same loop runs with ``time.perf_counter``.
 
 Callers also rotate among several input sets when one fits in the L2 cache
 (``input_set_count``), so that no repetition reads what the last one left
@@ -94,6 +96,10 @@ class Timer:
             self._flush_buffer.zero_()
 
     def median_s(self, fn: Callable[[], object], prepare: Optional[Callable[[], None]] = None) -> float:
+        return self.medians_interleaved({None: (fn, prepare)}, rounds=1)[None]
+
+    def _repetitions(self, fn: Callable[[], object], prepare: Optional[Callable[[], None]]) -> int:
+        """One untimed call, a five-call estimate, warm-up calls for warmup_ms: how many repetitions fill rep_ms."""
         if prepare is not None:
             prepare()
         fn()
@@ -109,7 +115,9 @@ class Timer:
         estimate_ms = max(self._seconds_between(start, end) / 5 * 1e3, 1e-6)
         for _ in range(max(1, int(self.warmup_ms / estimate_ms))):
             fn()
-        reps = max(MIN_REPS, min(MAX_REPS, int(self.rep_ms / estimate_ms)))
+        return max(MIN_REPS, min(MAX_REPS, int(self.rep_ms / estimate_ms)))
+
+    def _timed(self, fn: Callable[[], object], prepare: Optional[Callable[[], None]], reps: int) -> list[float]:
         marks = []
         for _ in range(reps):
             if prepare is not None:
@@ -119,7 +127,21 @@ class Timer:
             fn()
             marks.append((start, self._mark()))
         synchronize(self.device)
-        return statistics.median(self._seconds_between(s, e) for s, e in marks)
+        return [self._seconds_between(s, e) for s, e in marks]
+
+    def medians_interleaved(self, calls: dict, rounds: int) -> dict:
+        """Median seconds of each ``name: (fn, prepare)``, their repetitions taken in alternating rounds.
+
+        Implementations timed one after another see the device drift between
+        them (clocks and power under minutes of GEMMs): in rounds, each of
+        them samples the whole span, so their ratios do not inherit the drift.
+        """
+        repetitions = {name: self._repetitions(fn, prepare) for name, (fn, prepare) in calls.items()}
+        samples: dict = {name: [] for name in calls}
+        for _ in range(rounds):
+            for name, (fn, prepare) in calls.items():
+                samples[name] += self._timed(fn, prepare, -(-repetitions[name] // rounds))
+        return {name: statistics.median(times) for name, times in samples.items()}
 
 
 @dataclass(frozen=True)

@@ -248,7 +248,21 @@ def _poison_free_memory(device: torch.device, nbytes: list[int]) -> None:
     del poison
 
 
-def _measure(bench: CellBench, name: str, sets: int) -> Measurement:
+#: Timing rounds per cell: the implementations take turns this many times.
+TIMING_ROUNDS = 3
+
+
+@dataclass
+class Prepared:
+    """An implementation ready to be timed: its call, its per-repetition refresh, what was measured so far."""
+
+    call: Callable[[], object]
+    prepare: Optional[Callable[[], None]]
+    measurement: Measurement
+
+
+def _prepare(bench: CellBench, name: str, sets: int) -> Measurement | Prepared:
+    """First call, then a checked call (accuracy, peak memory); a Measurement if it cannot be timed."""
     ctx = bench.ctx
     skip = bench.skip_reason(name)
     if skip is not None:
@@ -276,20 +290,51 @@ def _measure(bench: CellBench, name: str, sets: int) -> Measurement:
     del outputs, checked_inputs
 
     rotation = Rotation(sets)
-    seconds = ctx.timer.median_s(
-        lambda: bench.step(fn, name, rotation.advance()),
+    return Prepared(
+        call=lambda: bench.step(fn, name, rotation.advance()),
         prepare=(lambda: refresh(rotation.next)) if refresh is not None else None,
+        measurement=Measurement(
+            status="ok",
+            peak_bytes=peak,
+            rel_errors=errors,
+            within_tolerance=accuracy.within_tolerance(errors, bench.tolerances()),
+            first_call_s=first_call_s,
+            graphs_compiled=graphs,
+        ),
     )
-    return Measurement(
-        status="ok",
-        **bench.metrics(seconds),
-        peak_bytes=peak,
-        rel_errors=errors,
-        within_tolerance=accuracy.within_tolerance(errors, bench.tolerances()),
-        first_call_s=first_call_s,
-        graphs_compiled=graphs,
-        recompiles_while_timing=(implementations.compiled_graph_count() - graphs) if graphs is not None else None,
-    )
+
+
+def _time_prepared(bench: CellBench, prepared: dict[str, Prepared]) -> dict[str, Measurement]:
+    """Time the prepared implementations side by side, in alternating rounds; fill in their figures.
+
+    If one of them fails while timed, each is timed alone instead, so that
+    the failure is charged to the one that failed.
+    """
+    timer = bench.ctx.timer
+    calls = {name: (p.call, p.prepare) for name, p in prepared.items()}
+    try:
+        medians = timer.medians_interleaved(calls, rounds=TIMING_ROUNDS)
+    except Exception:
+        _release_device_memory(bench.ctx.device)
+        medians = {}
+        for name, (call, prepare) in calls.items():
+            try:
+                medians[name] = timer.median_s(call, prepare)
+            except Exception as err:
+                medians[name] = Measurement(status="failed", reason=f"while timed: {failure_text(err)}")
+                _release_device_memory(bench.ctx.device)
+    measured = {}
+    for name, p in prepared.items():
+        if isinstance(medians[name], Measurement):
+            measured[name] = medians[name]
+            continue
+        measurement = p.measurement
+        for key, value in bench.metrics(medians[name]).items():
+            setattr(measurement, key, value)
+        if measurement.graphs_compiled is not None:
+            measurement.recompiles_while_timing = implementations.compiled_graph_count() - measurement.graphs_compiled
+        measured[name] = measurement
+    return measured
 
 
 def _release_device_memory(device: torch.device) -> None:
@@ -336,14 +381,21 @@ def measure_cell(bench: CellBench) -> dict:
         failure = Measurement(status="failed", reason=f"allocating the inputs: {failure_text(err)}")
         record["results"] = {name: asdict(failure) for name in bench.implementations}
     else:
+        results: dict[str, Measurement] = {}
+        prepared: dict[str, Prepared] = {}
         for name in bench.implementations:
             try:
-                measurement = _measure(bench, name, sets)
+                outcome = _prepare(bench, name, sets)
             except Exception as err:
-                measurement = Measurement(status="failed", reason=failure_text(err))
-            if measurement.status == "failed":  # after the except block: its traceback held the tensors
+                outcome = Measurement(status="failed", reason=failure_text(err))
+            if isinstance(outcome, Prepared):
+                prepared[name] = outcome
+                continue
+            if outcome.status == "failed":  # after the except block: its traceback held the tensors
                 _release_device_memory(ctx.device)
-            record["results"][name] = asdict(measurement)
+            results[name] = outcome
+        results.update(_time_prepared(bench, prepared))
+        record["results"] = {name: asdict(results[name]) for name in bench.implementations}
     bench.release()
     _release_device_memory(ctx.device)
     record["speedups"] = speedups(record["results"])
