@@ -88,6 +88,11 @@ class Grid:
         return dtype in self.compile_everywhere_dtypes or (tokens in sub_tokens and intermediate in sub_intermediates)
 
 
+#: The MLP token counts of issue 5's targets: decode, and prefill (1024 to 16384).
+MLP_DECODE_TOKENS = (1, 8, 16)
+MLP_PREFILL_TOKENS = (1024, 4096, 16384)
+
+
 def _mlp_product(models: tuple[MLPModel, ...], tokens: tuple[int, ...]) -> tuple[tuple[MLPModel, int], ...]:
     return tuple((model, count) for model in models for count in tokens)
 
@@ -100,7 +105,7 @@ FULL = Grid(
     approximations=("tanh",),
     compile_everywhere_dtypes=(torch.bfloat16,),
     compile_subgrid=((1, 1024, 8192), (4231, 16384, 73728)),
-    mlp_cells=_mlp_product((GEMMA_2B, GEMMA_7B, GEMMA3_27B), (1, 16, 128, 1024, 4096)),
+    mlp_cells=_mlp_product((GEMMA_2B, GEMMA_7B, GEMMA3_27B), MLP_DECODE_TOKENS + (128,) + MLP_PREFILL_TOKENS),
     mlp_dtypes=(torch.bfloat16,),
     overhead_shape=(1, 256),
     overhead_calls=2000,
