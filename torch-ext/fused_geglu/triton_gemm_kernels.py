@@ -151,17 +151,19 @@ class GemmConfig:
     num_stages: int
 
 
-#: Launch table by token count: (most tokens of the class, config), from
-#: benchmarks/tune_gemm_config.py on the H200 (see docs/PERFORMANCE.md).
+#: Launch table by token count: (most tokens of the class, config). Each is
+#: the configuration with the best geometric-mean time over the class's
+#: cells (Gemma 2B, 7B, Gemma3 27B sizes) in benchmarks/tune_gemm_config.py
+#: on the H200 (benchmarks/results/2026-12-02-h200-session2/gemm_sweep_v1.json).
 TOKEN_CLASSES: tuple[tuple[Optional[int], GemmConfig], ...] = (
-    (16, GemmConfig(block_m=16, block_n=64, block_k=256, group_m=1, num_warps=4, num_stages=4)),
-    (64, GemmConfig(block_m=64, block_n=64, block_k=128, group_m=8, num_warps=4, num_stages=4)),
+    (16, GemmConfig(block_m=16, block_n=64, block_k=128, group_m=1, num_warps=4, num_stages=5)),
+    (64, GemmConfig(block_m=64, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=3)),
     (None, GemmConfig(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3)),
 )
 
 #: The fused kernel is the default up to this many tokens; past it, two
 #: cuBLAS GEMMs and the activation kernel are faster (docs/PERFORMANCE.md).
-FUSED_MAX_TOKENS: Optional[int] = None
+FUSED_MAX_TOKENS = 64
 
 
 def geglu_linear_config(n_tokens: int) -> GemmConfig:
@@ -173,7 +175,7 @@ def fused_pays_off(n_tokens: int) -> bool:
 
     Under the interpreter it always runs, so that the CPU tests exercise it.
     """
-    return RUNS_INTERPRETED or FUSED_MAX_TOKENS is None or n_tokens <= FUSED_MAX_TOKENS
+    return RUNS_INTERPRETED or n_tokens <= FUSED_MAX_TOKENS
 
 
 @functools.lru_cache(maxsize=256)
