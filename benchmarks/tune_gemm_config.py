@@ -8,14 +8,20 @@ before every repetition; every weight matrix here is larger than the L2):
 - ``cublas+ours``: ``x @ W_gate^T`` and ``x @ W_up^T`` through cuBLAS, then our activation kernel;
 - ``eager``: the same GEMMs, then ``F.gelu(g) * u``;
 - ``fused``: the fused kernel under every candidate configuration of the
-  token count's class (each checked against eager's output first).
+  token count's class (each checked against eager's output first), timed
+  one after another to pick the best;
+- then eager, cublas+ours, the best configuration and the launch table's own
+  (``table``) once more, in alternating rounds (``Timer.medians_interleaved``)
+  so that their ratios do not inherit drift between them. Those are the
+  figures printed.
 
 The floor of the first half is the larger of reading both weights once at
 the measured copy bandwidth and its FLOPs (4 T H I) at the measured cuBLAS
-rate. Results go to a JSON file; the last lines printed are the best
-configuration per cell and its speedup.
+rate. Token counts from 64 to 512 locate where cuBLAS overtakes the fused
+kernel (``FUSED_MAX_TOKENS``). ``--sweep`` limits the candidate sweep to
+some token counts; the others time the launch table's choice alone.
 
-    python benchmarks/tune_gemm_config.py --kernel-dir build --out gemm_sweep.json
+    python benchmarks/tune_gemm_config.py --kernel-dir build --out gemm_sweep.json [--sweep 128 256]
 """
 
 from __future__ import annotations
@@ -30,11 +36,14 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 from geglu_triton.benchmarking.environment import device_properties, load_kernel, utc_now, versions
+from geglu_triton.benchmarking.grid import GEMMA3_27B, GEMMA_2B, GEMMA_7B
+from geglu_triton.benchmarking.timing import Timer
 
-MODELS = {"Gemma 2B": (2048, 16384), "Gemma 7B": (3072, 24576), "Gemma3 27B": (5376, 21504)}
-DECODE_TOKENS = (1, 8, 16)
-MEDIUM_TOKENS = (64,)
-PREFILL_TOKENS = (1024, 4096)
+MODELS = (GEMMA_2B, GEMMA_7B, GEMMA3_27B)
+TOKENS = (1, 8, 16, 64, 128, 256, 512, 1024, 4096)
+#: Rounds of the side-by-side comparison, and the fused output's largest relative error to eager's.
+ROUNDS = 3
+MAX_REL_ERROR = 2e-2
 
 
 def candidates(gemm, tokens: int) -> list:
@@ -46,6 +55,9 @@ def candidates(gemm, tokens: int) -> list:
     if tokens <= 64:
         grid = itertools.product((32, 64, 128), (64, 128), (4,), (3, 5))
         return [config(64, n, k, 8, w, s) for n, k, w, s in grid]
+    if tokens <= 512:  # the crossover region: medium tiles too, so that few tiles still fill the SMs
+        grid = itertools.product(((64, 64, 64, 4), (64, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 8)), (3, 4))
+        return [config(m, n, k, 8, w, s) for (m, n, k, w), s in grid]
     shapes = [(64, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 8), (128, 128, 32, 8), (64, 256, 64, 8), (128, 256, 32, 8)]
     return [config(m, n, k, 8, w, s) for (m, n, k, w), s in itertools.product(shapes, (3, 4))]
 
@@ -59,6 +71,9 @@ def main() -> None:
     parser.add_argument("--kernel-dir", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--approximate", default="tanh")
+    parser.add_argument(
+        "--sweep", type=int, nargs="*", default=TOKENS, help="token counts whose candidates are swept (default: all)"
+    )
     args = parser.parse_args()
 
     kernel = load_kernel(args.kernel_dir).module
@@ -73,13 +88,14 @@ def main() -> None:
     del src, dst, a, b
     print(f"copy {copy_bytes_per_s / 1e12:.2f} TB/s, matmul {matmul_flop_per_s / 1e12:.0f} TFLOP/s", flush=True)
 
+    timer = Timer(torch.device("cuda"), warmup_ms=10, rep_ms=60)
     cells = []
-    for (model, (hidden, intermediate)), tokens in itertools.product(
-        MODELS.items(), DECODE_TOKENS + MEDIUM_TOKENS + PREFILL_TOKENS
-    ):
+    for model, tokens in itertools.product(MODELS, TOKENS):
+        hidden, intermediate = model.hidden, model.intermediate
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
         w_gate, w_up = (torch.randn(intermediate, hidden, device="cuda", dtype=dtype) * hidden**-0.5 for _ in range(2))
         floor_s = max(2 * w_gate.numel() * 2 / copy_bytes_per_s, 4 * tokens * hidden * intermediate / matmul_flop_per_s)
+        out = torch.empty(tokens, intermediate, device="cuda", dtype=dtype)
 
         def eager():
             return F.gelu(x @ w_gate.T, approximate=approximate) * (x @ w_up.T)
@@ -87,44 +103,43 @@ def main() -> None:
         def cublas_and_ours():
             return kernel.geglu(x @ w_gate.T, x @ w_up.T, approximate=approximate)
 
+        def fused_with(config):
+            return lambda: gemm.launch_geglu_linear(x, w_gate, w_up, None, None, out, approximate, config=config)
+
         reference = eager().float()
-        cell = {
-            "model": model,
-            "hidden": hidden,
-            "intermediate": intermediate,
-            "tokens": tokens,
-            "floor_us": floor_s * 1e6,
-            "eager_us": median_ms(eager) * 1e3,
-            "cublas_and_ours_us": median_ms(cublas_and_ours) * 1e3,
-            "configs": [],
-        }
-        out = torch.empty(tokens, intermediate, device="cuda", dtype=dtype)
-        for config in candidates(gemm, tokens):
+        table = gemm.geglu_linear_config(tokens)
+        cell = {"model": model.name, "hidden": hidden, "intermediate": intermediate, "tokens": tokens}
+        cell["floor_us"] = floor_s * 1e6
+        cell["table_config"] = table.__dict__
+        cell["configs"] = []
+        for config in candidates(gemm, tokens) if tokens in args.sweep else [table]:
             entry = {"config": config.__dict__}
-
-            def fused():
-                gemm.launch_geglu_linear(x, w_gate, w_up, None, None, out, approximate, config=config)
-
             try:
                 out.fill_(float("nan"))
-                fused()
+                fused_with(config)()
                 torch.cuda.synchronize()
                 entry["rel_error_vs_eager"] = ((out.float() - reference).norm() / reference.norm()).item()
-                entry["us"] = median_ms(fused) * 1e3
+                entry["us"] = median_ms(fused_with(config)) * 1e3
             except Exception as err:  # out of shared memory or registers: record and go on
                 entry["error"] = f"{type(err).__name__}: {str(err)[:200]}"
             cell["configs"].append(entry)
-        timed = [c for c in cell["configs"] if "us" in c and c["rel_error_vs_eager"] < 2e-2]
+        timed = [c for c in cell["configs"] if "us" in c and c["rel_error_vs_eager"] < MAX_REL_ERROR]
         best = min(timed, key=lambda c: c["us"]) if timed else None
         cell["best"] = best
+        side_by_side = {"eager": (eager, None), "cublas+ours": (cublas_and_ours, None), "table": (fused_with(table), None)}
         if best:
-            print(
-                f"{model:10} T={tokens:5} floor {cell['floor_us']:8.1f} us | eager {cell['eager_us']:8.1f} "
-                f"cublas+ours {cell['cublas_and_ours_us']:8.1f} fused {best['us']:8.1f} "
-                f"({100 * cell['floor_us'] / best['us']:4.0f}% of floor, "
-                f"{cell['cublas_and_ours_us'] / best['us']:.2f}x cublas+ours) {best['config']}",
-                flush=True,
-            )
+            side_by_side["best"] = (fused_with(gemm.GemmConfig(**best["config"])), None)
+        medians = timer.medians_interleaved(side_by_side, rounds=ROUNDS)
+        cell["side_by_side_us"] = {name: seconds * 1e6 for name, seconds in medians.items()}
+        us = cell["side_by_side_us"]
+        print(
+            f"{model.name:10} T={tokens:5} floor {cell['floor_us']:8.1f} us | eager {us['eager']:8.1f} "
+            f"cublas+ours {us['cublas+ours']:8.1f} table {us['table']:8.1f} "
+            f"({100 * cell['floor_us'] / us['table']:4.0f}% of floor, {us['cublas+ours'] / us['table']:.2f}x "
+            f"cublas+ours, {us['eager'] / us['table']:.2f}x eager) best {us.get('best', float('nan')):8.1f} "
+            f"{best['config'] if best else None}",
+            flush=True,
+        )
         cells.append(cell)
         del x, w_gate, w_up, out, reference
         torch.cuda.empty_cache()
@@ -140,6 +155,7 @@ def main() -> None:
         "copy_tb_per_s": copy_bytes_per_s / 1e12,
         "matmul_tflop_per_s": matmul_flop_per_s / 1e12,
         "floor": "max(read W_gate and W_up once at the copy bandwidth, 4*T*H*I FLOPs at the matmul rate)",
+        "side_by_side": f"Timer.medians_interleaved, {ROUNDS} rounds, L2 flushed before each repetition",
         "cells": cells,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
