@@ -9,6 +9,7 @@ point; that every figure is produced, positive and checked is.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 from pathlib import Path
@@ -238,6 +239,15 @@ def test_implementations_are_timed_in_alternating_rounds():
     # Warm-up of a, then of b, then three rounds in which each takes its turn.
     turns = [name for i, name in enumerate(order) if i == 0 or order[i - 1] != name]
     assert turns[-6:] == ["a", "b"] * 3
+
+
+def test_timing_pauses_the_garbage_collector():
+    timer = Timer(torch.device("cpu"), warmup_ms=0.01, rep_ms=0.01)
+    seen = []
+    assert gc.isenabled()
+    timer.median_s(lambda: seen.append(gc.isenabled()))
+    assert seen and not any(seen)
+    assert gc.isenabled()
 
 
 class _FailsAfterTwoCalls(torch.autograd.Function):

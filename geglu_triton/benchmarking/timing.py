@@ -8,7 +8,8 @@ It adds two things do_bench lacks: an untimed ``prepare`` before each
 repetition (Liger's backward overwrites its inputs; ``prepare`` draws fresh
 ones), and timing the implementations of a cell in alternating rounds
 (``medians_interleaved``), so that device drift does not favour whichever
-runs first. On a CPU the same loop runs with ``time.perf_counter``.
+runs first. Like ``timeit``, it turns the garbage collector off while timing.
+On a CPU the same loop runs with ``time.perf_counter``.
 
 Callers also rotate among several input sets when one fits in the L2 cache
 (``input_set_count``), so that no repetition reads what the last one left
@@ -17,6 +18,7 @@ in the cache even before the flush.
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 import time
@@ -135,12 +137,22 @@ class Timer:
         Implementations timed one after another see the device drift between
         them (clocks and power under minutes of GEMMs): in rounds, each of
         them samples the whole span, so their ratios do not inherit the drift.
+        Python's garbage collector is off meanwhile, as ``timeit`` turns it
+        off: a collection over a cell's thousands of input tensors would
+        stall the host in the middle of a repetition and, where a call's
+        host time is not hidden behind the GPU's, be charged to it.
         """
-        repetitions = {name: self._repetitions(fn, prepare) for name, (fn, prepare) in calls.items()}
-        samples: dict = {name: [] for name in calls}
-        for _ in range(rounds):
-            for name, (fn, prepare) in calls.items():
-                samples[name] += self._timed(fn, prepare, -(-repetitions[name] // rounds))
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            repetitions = {name: self._repetitions(fn, prepare) for name, (fn, prepare) in calls.items()}
+            samples: dict = {name: [] for name in calls}
+            for _ in range(rounds):
+                for name, (fn, prepare) in calls.items():
+                    samples[name] += self._timed(fn, prepare, -(-repetitions[name] // rounds))
+        finally:
+            if collecting:
+                gc.enable()
         return {name: statistics.median(times) for name, times in samples.items()}
 
 
