@@ -13,7 +13,10 @@ one tiny input this times each layer of our call stack against eager:
 
 and forward+backward (``torch.autograd.grad``) for eager, ours, Liger (when
 installed) and an autograd.Function whose backward does no GPU work (what
-a Python backward costs by itself). Last, the whole GeGLU MLP at a prefill
+a Python backward costs by itself); ours again with its launches skipped and
+with the backward on the calling thread instead of autograd's CUDA worker
+thread, to find where a backward's host time goes, with a cProfile of ours
+(the calling thread's Python only). Last, the whole GeGLU MLP at a prefill
 size, per call in a host loop and per CUDA-graph replay: if the two agree,
 the GPU, not the host, sets the time.
 
@@ -26,8 +29,11 @@ with a synchronize only at the ends (best of 5 rounds).
 from __future__ import annotations
 
 import argparse
+import cProfile
 import contextlib
+import io
 import json
+import pstats
 import time
 import types
 from pathlib import Path
@@ -90,24 +96,47 @@ class PythonBackwardOnly(torch.autograd.Function):
         return grad_out, grad_out
 
 
-class TritonDispatchOnly:
-    """Calls ``fn`` with the kernel's launchers going through ``kernel[grid]`` every time."""
+class PythonBackwardReleasingTheGIL(PythonBackwardOnly):
+    """The same, but its backward lets go of the GIL once (as a Triton launch does): what that costs there."""
 
-    def __init__(self, kernel, fn) -> None:
-        self.launchers = (kernel.triton_kernels._launch_forward_kernel, kernel.triton_kernels._launch_backward_kernel)
-        self.fn = fn
+    @staticmethod
+    def backward(ctx, grad_out):
+        time.sleep(0)
+        return grad_out, grad_out
 
-    def __enter__(self):
-        self.saved = [launcher.direct for launcher in self.launchers]
-        for launcher in self.launchers:
-            launcher.direct = False
 
-    def __exit__(self, *exc):
-        for launcher, direct in zip(self.launchers, self.saved):
+@contextlib.contextmanager
+def triton_dispatch_only(kernel):
+    """Every launch of the activation kernels through ``kernel[grid]``, as without the direct launch."""
+    tk = kernel.triton_kernels
+    launchers = (tk._launch_forward_kernel, tk._launch_backward_kernel)
+    saved = [launcher.direct for launcher in launchers]
+    for launcher in launchers:
+        launcher.direct = False
+    try:
+        yield
+    finally:
+        for launcher, direct in zip(launchers, saved):
             launcher.direct = direct
 
-    def __call__(self):
-        return self.fn()
+
+@contextlib.contextmanager
+def launches_skipped(kernel, *names):
+    """The named launch functions of triton_kernels replaced by ones that launch nothing."""
+    tk = kernel.triton_kernels
+    saved = {name: getattr(tk, name) for name in names}
+    for name in names:
+        setattr(tk, name, lambda *args, **kwargs: None)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(tk, name, fn)
+
+
+def backward_on_calling_thread():
+    """Autograd runs CUDA backwards on a worker thread of its own; this keeps them on the caller's."""
+    return torch.autograd.set_multithreading_enabled(False)
 
 
 def activation_cases(kernel, shape) -> dict:
@@ -125,24 +154,63 @@ def activation_cases(kernel, shape) -> dict:
     def forward_backward(fn):
         return lambda: torch.autograd.grad(fn(gr, ur), (gr, ur), grad)
 
-    cases = {
-        "eager": lambda: F.gelu(g, approximate="tanh") * u,
-        "public": lambda: kernel.geglu(g, u),
-        "public, Triton dispatch": TritonDispatchOnly(kernel, lambda: kernel.geglu(g, u)),
-        "launcher": lambda: tk.launch_forward(tensors, 1, n_cols, scalars[2:], "tanh"),
-        "jit launch": lambda: tk.geglu_forward_kernel[grid](*tensors, *scalars, **options.as_kwargs()),
-        "compiled runner": lambda: compiled[grid + (1, 1)](*tensors, *scalars, *options.constexpr_values, stream=stream),
-        "fwd+bwd eager": forward_backward(lambda a, b: F.gelu(a, approximate="tanh") * b),
-        "fwd+bwd ours": forward_backward(kernel.geglu),
-        "fwd+bwd eager forward, Python backward doing nothing": forward_backward(PythonBackwardOnly.apply),
+    def eager_geglu(a, b):
+        return F.gelu(a, approximate="tanh") * b
+
+    none = contextlib.nullcontext
+    cases = {  # name: (call, the setting it runs in)
+        "eager": (lambda: eager_geglu(g, u), none),
+        "public": (lambda: kernel.geglu(g, u), none),
+        "public, Triton dispatch": (lambda: kernel.geglu(g, u), lambda: triton_dispatch_only(kernel)),
+        "launcher": (lambda: tk.launch_forward(tensors, 1, n_cols, scalars[2:], "tanh"), none),
+        "jit launch": (lambda: tk.geglu_forward_kernel[grid](*tensors, *scalars, **options.as_kwargs()), none),
+        "compiled runner": (
+            lambda: compiled[grid + (1, 1)](*tensors, *scalars, *options.constexpr_values, stream=stream),
+            none,
+        ),
+        "fwd+bwd eager": (forward_backward(eager_geglu), none),
+        "fwd+bwd ours": (forward_backward(kernel.geglu), none),
+        "fwd+bwd eager forward, Python backward doing nothing": (forward_backward(PythonBackwardOnly.apply), none),
+        "fwd+bwd ours, backward launches nothing": (
+            forward_backward(kernel.geglu),
+            lambda: launches_skipped(kernel, "launch_backward"),
+        ),
+        "fwd+bwd ours, no launches": (
+            forward_backward(kernel.geglu),
+            lambda: launches_skipped(kernel, "launch_forward", "launch_backward"),
+        ),
+        "fwd+bwd ours, Triton dispatch": (forward_backward(kernel.geglu), lambda: triton_dispatch_only(kernel)),
+        "fwd+bwd Python backward releasing the GIL once": (forward_backward(PythonBackwardReleasingTheGIL.apply), none),
+        "fwd+bwd eager, backward on the calling thread": (forward_backward(eager_geglu), backward_on_calling_thread),
+        "fwd+bwd ours, backward on the calling thread": (forward_backward(kernel.geglu), backward_on_calling_thread),
+        "fwd+bwd Python backward doing nothing, on the calling thread": (
+            forward_backward(PythonBackwardOnly.apply),
+            backward_on_calling_thread,
+        ),
     }
     try:
         from liger_kernel.ops.geglu import LigerGELUMulFunction
 
-        cases["fwd+bwd Liger"] = forward_backward(LigerGELUMulFunction.apply)
+        cases["fwd+bwd Liger"] = (forward_backward(LigerGELUMulFunction.apply), none)
     except ImportError:
         pass
     return cases
+
+
+def python_profile(fn, setting, calls: int = 2000, top: int = 25) -> str:
+    """cProfile of ``calls`` calls of ``fn`` (the calling thread only): the top functions by own time."""
+    with setting():
+        for _ in range(50):
+            fn()
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
 
 
 def mlp_rows(kernel, tokens: int) -> dict:
@@ -168,12 +236,19 @@ def main() -> None:
     for shape in [(1, 256), (16, 9216)]:
         label = "x".join(map(str, shape))
         results[label] = {}
-        for name, fn in activation_cases(kernel, shape).items():
-            with fn if isinstance(fn, TritonDispatchOnly) else contextlib.nullcontext():
+        cases = activation_cases(kernel, shape)
+        for name, (fn, setting) in cases.items():
+            with setting():
                 results[label][name] = per_call_us(fn)
         print(f"shape {shape}")
         for name, us in results[label].items():
-            print(f"  {name:52s} {us:7.1f} us/call")
+            print(f"  {name:62s} {us:7.1f} us/call")
+    profiles = {
+        name: python_profile(*activation_cases(kernel, (1, 256))[name])
+        for name in ("fwd+bwd ours, backward on the calling thread", "fwd+bwd ours")
+    }
+    for name, text in profiles.items():
+        print(f"cProfile, {name}:\n{text}")
     mlp = {f"{GEMMA3_27B.name} x {tokens} tokens": mlp_rows(kernel, tokens) for tokens in (16, 1024)}
     for cell, rows in mlp.items():
         for name, row in rows.items():
@@ -186,6 +261,7 @@ def main() -> None:
                 "date": utc_now().isoformat(timespec="seconds"),
                 "dtype": "bf16",
                 "per_call_us": results,
+                "python_profiles": profiles,
                 "mlp_forward_us": mlp,
             },
             indent=1,
