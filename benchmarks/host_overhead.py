@@ -16,9 +16,9 @@ installed) and an autograd.Function whose backward does no GPU work (what
 a Python backward costs by itself); ours again with its launches skipped and
 with the backward on the calling thread instead of autograd's CUDA worker
 thread, to find where a backward's host time goes, with a cProfile of ours
-(the calling thread's Python only). Last, the whole GeGLU MLP at a prefill
-size, per call in a host loop and per CUDA-graph replay: if the two agree,
-the GPU, not the host, sets the time.
+(the calling thread's Python only). Last, the whole GeGLU MLP at decode and
+prefill sizes, per call in a host loop and per CUDA-graph replay: if the two
+agree, the GPU, not the host, sets the time.
 
 Each host-loop figure is the wall time of N back-to-back calls divided by N,
 with a synchronize only at the ends (best of 5 rounds).
@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from geglu_triton.benchmarking.environment import load_kernel, utc_now, versions
-from geglu_triton.benchmarking.grid import GEMMA3_27B
+from geglu_triton.benchmarking.grid import GEMMA3_27B, GEMMA_2B
 from geglu_triton.benchmarking.modules import GemmaStyleMLP
 
 CALLS = 2000
@@ -213,8 +213,7 @@ def python_profile(fn, setting, calls: int = 2000, top: int = 25) -> str:
     return text.getvalue()
 
 
-def mlp_rows(kernel, tokens: int) -> dict:
-    model = GEMMA3_27B
+def mlp_rows(kernel, model, tokens: int) -> dict:
     module = GemmaStyleMLP(model.hidden, model.intermediate, device="cuda", dtype=torch.bfloat16)
     x = torch.randn(tokens, model.hidden, device="cuda", dtype=torch.bfloat16)
     ours = types.MethodType(kernel.layers.GeGLUMLP.forward, module)
@@ -249,7 +248,10 @@ def main() -> None:
     }
     for name, text in profiles.items():
         print(f"cProfile, {name}:\n{text}")
-    mlp = {f"{GEMMA3_27B.name} x {tokens} tokens": mlp_rows(kernel, tokens) for tokens in (16, 1024)}
+    mlp = {
+        f"{model.name} x {tokens} tokens": mlp_rows(kernel, model, tokens)
+        for model, tokens in ((GEMMA_2B, 1), (GEMMA_2B, 16), (GEMMA3_27B, 16), (GEMMA3_27B, 1024))
+    }
     for cell, rows in mlp.items():
         for name, row in rows.items():
             print(f"MLP {cell} {name:6s} host loop {row['host_loop_us']:8.1f} us, graph replay {row['graph_replay_us']:8.1f} us")
