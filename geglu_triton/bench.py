@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--grid",
         choices=list(GRIDS),
-        help="what to measure: full (default on a GPU, ~6 min on an H200), quick (~1.5 min), tiny (a smoke test; "
+        help="what to measure: full (default on a GPU, ~5 min on an H200), quick (~1.5 min), tiny (a smoke test; "
         "always used without a GPU)",
     )
     parser.add_argument("--quick", dest="grid", action="store_const", const="quick", help="the same as --grid quick")

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from geglu_triton import REPO_ROOT, bench, profile
-from geglu_triton.benchmarking import accuracy, grid, implementations, workloads
+from geglu_triton.benchmarking import accuracy, grid, implementations, timing, workloads
 from geglu_triton.benchmarking.timing import (
     MAX_INPUT_SETS,
     CopyCeiling,
@@ -239,6 +239,18 @@ def test_implementations_are_timed_in_alternating_rounds():
     # Warm-up of a, then of b, then three rounds in which each takes its turn.
     turns = [name for i, name in enumerate(order) if i == 0 or order[i - 1] != name]
     assert turns[-6:] == ["a", "b"] * 3
+
+
+def test_each_batch_waits_behind_a_spin_covering_its_host_time(monkeypatch):
+    """On a GPU the spin queued before a batch lasts HOST_LEAD_MARGIN x the batch's host time."""
+    spins = []
+    monkeypatch.setattr(torch.cuda, "_sleep", spins.append)
+    timer = Timer(torch.device("cpu"), warmup_ms=0.01, rep_ms=0.01)
+    timer._let_host_get_ahead(reps=10, host_s_per_rep=50e-6)
+    assert spins == []  # a CPU timer has no GPU to keep busy
+    timer._spin_cycles_per_s = 2e9
+    timer._let_host_get_ahead(reps=10, host_s_per_rep=50e-6)
+    assert spins == [int(timing.HOST_LEAD_MARGIN * 10 * 50e-6 * 2e9)]
 
 
 def test_timing_pauses_the_garbage_collector():

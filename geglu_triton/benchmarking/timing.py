@@ -9,6 +9,10 @@ repetition (Liger's backward overwrites its inputs; ``prepare`` draws fresh
 ones), and timing the implementations of a cell in alternating rounds
 (``medians_interleaved``), so that device drift does not favour whichever
 runs first. Like ``timeit``, it turns the garbage collector off while timing.
+And it queues each batch of repetitions behind a GPU spin long enough for
+the host to get ahead (``_let_host_get_ahead``), so that a cell's figure is
+GPU time even where a call costs more host time than GPU time; the host
+side of a call is measured apart (``bench``'s host section).
 On a CPU the same loop runs with ``time.perf_counter``.
 
 Callers also rotate among several input sets when one fits in the L2 cache
@@ -33,6 +37,10 @@ MIN_REPS = 5
 MAX_REPS = 500
 #: The L2 flush writes this many bytes (do_bench: 256 MB), or 4x the L2 if larger.
 FLUSH_BYTES = 256 * 2**20
+#: The GPU spin queued before a batch of repetitions lasts this many times the
+#: batch's host time (measured per repetition while estimating): the margin
+#: covers a host slower during the batch than during the estimate.
+HOST_LEAD_MARGIN = 2.0
 #: Input sets of one cell together exceed this multiple of the L2 cache.
 ROTATION_L2_MULTIPLE = 3
 MAX_INPUT_SETS = 16384
@@ -66,16 +74,43 @@ class Timer:
         self.warmup_ms = warmup_ms
         self.rep_ms = rep_ms
         self._flush_buffer = None
+        self._spin_cycles_per_s = 0.0
         if device.type == "cuda":
             flush_bytes = max(FLUSH_BYTES, 4 * l2_cache_bytes(device))
             self._flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
+            self._spin_cycles_per_s = self._measure_spin_rate()
+
+    def _measure_spin_rate(self) -> float:
+        """GPU clock cycles per second of ``torch.cuda._sleep``, the spin kernel that keeps the host ahead."""
+        cycles = 20_000_000
+        torch.cuda._sleep(cycles)  # first launch, and the clocks up
+        start = self._mark()
+        torch.cuda._sleep(cycles)
+        end = self._mark()
+        synchronize(self.device)
+        return cycles / self._seconds_between(start, end)
+
+    def _let_host_get_ahead(self, reps: int, host_s_per_rep: float) -> None:
+        """Queue a GPU spin long enough for the host to queue ``reps`` repetitions behind it.
+
+        A CUDA-event time is the GPU's only while the GPU never waits for the
+        host. Where a call's host time exceeds its GPU time (small cells,
+        Python-launched kernels, autograd), the GPU would idle between the
+        two events and the figure would mix in host time, by an amount that
+        varies with the host's load from run to run. Behind the spin the
+        whole batch is queued before the first repetition starts, so every
+        figure is GPU time; host time is reported apart (the host section).
+        """
+        if self._spin_cycles_per_s:
+            torch.cuda._sleep(int(HOST_LEAD_MARGIN * reps * host_s_per_rep * self._spin_cycles_per_s))
 
     @property
     def method(self) -> str:
         if self.device.type == "cuda":
             return (
-                f"CUDA events around each call, L2 flushed before each, median; warm-up {self.warmup_ms} ms, "
-                f"repetitions for {self.rep_ms} ms ({MIN_REPS}..{MAX_REPS})"
+                f"CUDA events around each call, L2 flushed before each, each batch queued behind a GPU spin of "
+                f"{HOST_LEAD_MARGIN:g}x its host time (so GPU time, not host time), median; "
+                f"warm-up {self.warmup_ms} ms, repetitions for {self.rep_ms} ms ({MIN_REPS}..{MAX_REPS})"
             )
         return (
             f"time.perf_counter around each call, median; warm-up {self.warmup_ms} ms, repetitions for {self.rep_ms} ms"
@@ -100,12 +135,17 @@ class Timer:
     def median_s(self, fn: Callable[[], object], prepare: Optional[Callable[[], None]] = None) -> float:
         return self.medians_interleaved({None: (fn, prepare)}, rounds=1)[None]
 
-    def _repetitions(self, fn: Callable[[], object], prepare: Optional[Callable[[], None]]) -> int:
-        """One untimed call, a five-call estimate, warm-up calls for warmup_ms: how many repetitions fill rep_ms."""
+    def _repetitions(self, fn: Callable[[], object], prepare: Optional[Callable[[], None]]) -> tuple[int, float]:
+        """One untimed call, a five-call estimate, warm-up calls for warmup_ms.
+
+        Returns how many repetitions fill rep_ms, and the host seconds one
+        repetition takes to queue (refresh, flush, events, the call).
+        """
         if prepare is not None:
             prepare()
         fn()
         synchronize(self.device)
+        host_start = time.perf_counter()
         start = self._mark()
         for _ in range(5):
             if prepare is not None:
@@ -113,13 +153,17 @@ class Timer:
             self._flush()
             fn()
         end = self._mark()
+        host_s_per_rep = (time.perf_counter() - host_start) / 5
         synchronize(self.device)
         estimate_ms = max(self._seconds_between(start, end) / 5 * 1e3, 1e-6)
         for _ in range(max(1, int(self.warmup_ms / estimate_ms))):
             fn()
-        return max(MIN_REPS, min(MAX_REPS, int(self.rep_ms / estimate_ms)))
+        return max(MIN_REPS, min(MAX_REPS, int(self.rep_ms / estimate_ms))), host_s_per_rep
 
-    def _timed(self, fn: Callable[[], object], prepare: Optional[Callable[[], None]], reps: int) -> list[float]:
+    def _timed(
+        self, fn: Callable[[], object], prepare: Optional[Callable[[], None]], reps: int, host_s_per_rep: float
+    ) -> list[float]:
+        self._let_host_get_ahead(reps, host_s_per_rep)
         marks = []
         for _ in range(reps):
             if prepare is not None:
@@ -145,11 +189,12 @@ class Timer:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            repetitions = {name: self._repetitions(fn, prepare) for name, (fn, prepare) in calls.items()}
+            plans = {name: self._repetitions(fn, prepare) for name, (fn, prepare) in calls.items()}
             samples: dict = {name: [] for name in calls}
             for _ in range(rounds):
                 for name, (fn, prepare) in calls.items():
-                    samples[name] += self._timed(fn, prepare, -(-repetitions[name] // rounds))
+                    reps, host_s_per_rep = plans[name]
+                    samples[name] += self._timed(fn, prepare, -(-reps // rounds), host_s_per_rep)
         finally:
             if collecting:
                 gc.enable()
