@@ -285,3 +285,20 @@ def test_a_failure_while_timed_is_charged_to_its_implementation(kernel, monkeypa
     assert results[implementations.LIGER]["status"] == "failed"
     assert "while timed" in results[implementations.LIGER]["reason"]
     assert "launch failed" in results[implementations.LIGER]["reason"]
+
+
+def test_check_targets_reports_every_target(results, tmp_path):
+    """benchmarks/check_targets.py on the smoke run: every target gets a section with its verdict count."""
+    import runpy
+
+    script = runpy.run_path(str(REPO_ROOT / "benchmarks" / "check_targets.py"))
+    results_path = tmp_path / "results.json"
+    results_path.write_text(json.dumps(results))
+    script["main"]([str(results_path), "--out", str(tmp_path / "targets.md")])
+    text = (tmp_path / "targets.md").read_text()
+    sections = [line for line in text.splitlines() if line.startswith("## ")]
+    assert len(sections) == len(script["TARGETS"])
+    assert all(" cells hold" in line for line in sections)
+    # The tiny grid's activation cells are all under 64 MiB; it still judges every one against the others.
+    forward_rows = script["forward_best_everywhere"](results)
+    assert len(forward_rows) == sum(c["workload"] == "activation-forward" for c in results["cells"])
