@@ -75,14 +75,19 @@ def _weight_floor_us(results: dict, cell: dict) -> float:
     return weight_bytes / (results["ceilings"]["copy"]["tb_per_s"] * 1e12) * 1e6
 
 
-def forward_bandwidth(results: dict) -> list[Row]:
+def _share_of_ceiling(results: dict, workload: str, figure: str, label: str, minimum: float) -> list[Row]:
+    """Every bf16 cell of ``workload`` from TARGET_MIN_BYTES on, judged on ours' ``figure`` (a percentage)."""
     rows = []
-    for cell in _cells(results, "activation-forward"):
+    for cell in _cells(results, workload):
         if cell["bytes"] < TARGET_MIN_BYTES:
             continue
-        pct = cell["results"]["ours"]["pct_copy_bandwidth"]
-        rows.append(Row(_activation_label(cell), f"{pct:.0f}% of copy", pct >= FORWARD_MIN_PCT_OF_COPY))
+        pct = cell["results"]["ours"][figure]
+        rows.append(Row(_activation_label(cell), f"{pct:.0f}% of {label}", pct >= minimum))
     return rows
+
+
+def forward_bandwidth(results: dict) -> list[Row]:
+    return _share_of_ceiling(results, "activation-forward", "pct_copy_bandwidth", "copy", FORWARD_MIN_PCT_OF_COPY)
 
 
 def forward_best_everywhere(results: dict) -> list[Row]:
@@ -96,13 +101,9 @@ def forward_best_everywhere(results: dict) -> list[Row]:
 
 
 def forward_backward_floor(results: dict) -> list[Row]:
-    rows = []
-    for cell in _cells(results, "activation-forward-backward"):
-        if cell["bytes"] < TARGET_MIN_BYTES:
-            continue
-        pct = cell["results"]["ours"]["pct_of_floor"]
-        rows.append(Row(_activation_label(cell), f"{pct:.0f}% of floor", pct >= FORWARD_BACKWARD_MIN_PCT_OF_FLOOR))
-    return rows
+    return _share_of_ceiling(
+        results, "activation-forward-backward", "pct_of_floor", "floor", FORWARD_BACKWARD_MIN_PCT_OF_FLOOR
+    )
 
 
 def forward_backward_vs_liger(results: dict) -> list[Row]:

@@ -2,12 +2,7 @@
 # One call of the device tool (it runs this from the repo root with $OUT set):
 # GPU tests of the kernels, the host-overhead probe,
 # the fused-GEMM sweep and the profiler study. Logs and JSON go to $OUT.
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-source scripts/env.sh
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
-build=/tmp/fused-geglu-build
-"$PY" -m geglu_triton build --out "$build" > /tmp/build.log 2>&1 || { tail /tmp/build.log; exit 1; }
+source "$(dirname "$0")/setup.sh"
 timeout 120 "$PY" -m pytest -q -p no:cacheprovider -x tests/test_launcher.py tests/test_linear.py tests/test_geglu.py \
     tests/test_ops.py tests/test_layers.py 2>&1 | tail -15 | tee "$OUT/pytest.log"
 timeout 80 "$PY" benchmarks/host_overhead.py --kernel-dir "$build" --out "$OUT/host_overhead.json" 2>&1 \
