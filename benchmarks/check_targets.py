@@ -52,6 +52,15 @@ def _ratio(cell: dict, other: str, ours: str = "ours") -> float:
     return _time(cell, other) / _time(cell, ours)
 
 
+def _host_bound_note(cell: dict) -> str:
+    """A remark where ours' host time per repetition exceeded its GPU time (in runs that record it), else ''."""
+    ours = cell["results"]["ours"]
+    host_us = ours.get("host_us_per_rep")
+    if host_us is None or ours["median_us"] is None or host_us <= ours["median_us"]:
+        return ""
+    return f", host-bound ({host_us:.0f} us/call)"
+
+
 def _best_other(cell: dict) -> tuple[str, float]:
     timed = [(name, _time(cell, name)) for name in BASELINES if not math.isnan(_time(cell, name))]
     return min(timed, key=lambda item: item[1])
@@ -82,7 +91,7 @@ def _share_of_ceiling(results: dict, workload: str, figure: str, label: str, min
         if cell["bytes"] < TARGET_MIN_BYTES:
             continue
         pct = cell["results"]["ours"][figure]
-        rows.append(Row(_activation_label(cell), f"{pct:.0f}% of {label}", pct >= minimum))
+        rows.append(Row(_activation_label(cell), f"{pct:.0f}% of {label}{_host_bound_note(cell)}", pct >= minimum))
     return rows
 
 
@@ -96,7 +105,8 @@ def forward_best_everywhere(results: dict) -> list[Row]:
         for cell in _cells(results, "activation-forward", dtype):
             name, best = _best_other(cell)
             ratio = best / _time(cell, "ours")
-            rows.append(Row(f"{dtype} {_activation_label(cell)}", f"{ratio:.2f}x {name}", ratio >= 1.0))
+            figures = f"{ratio:.2f}x {name}{_host_bound_note(cell)}"
+            rows.append(Row(f"{dtype} {_activation_label(cell)}", figures, ratio >= 1.0))
     return rows
 
 
@@ -116,7 +126,8 @@ def forward_backward_vs_liger(results: dict) -> list[Row]:
             reason = cell["results"]["liger"].get("reason") or "not run"
             rows.append(Row(_activation_label(cell), f"Liger failed ({reason[:40]}...)", True))
         else:
-            rows.append(Row(_activation_label(cell), f"{ratio:.2f}x Liger", ratio >= FORWARD_BACKWARD_MIN_VS_LIGER))
+            figures = f"{ratio:.2f}x Liger{_host_bound_note(cell)}"
+            rows.append(Row(_activation_label(cell), figures, ratio >= FORWARD_BACKWARD_MIN_VS_LIGER))
     return rows
 
 
@@ -141,6 +152,7 @@ def decode(results: dict) -> list[Row]:
         pct = 100 * _weight_floor_us(results, cell) / _time(cell, "ours")
         vs_eager = _ratio(cell, "eager")
         figures = f"{_time(cell, 'ours'):.1f} us, {pct:.0f}% of weight floor, {vs_eager:.2f}x eager"
+        figures += _host_bound_note(cell)
         holds = pct >= DECODE_MIN_PCT_OF_WEIGHT_FLOOR and vs_eager >= DECODE_MIN_VS_EAGER
         rows.append(Row(_mlp_label(cell), figures, holds))
     return rows

@@ -11,7 +11,7 @@ before every repetition; every weight matrix here is larger than the L2):
   token count's class (each checked against eager's output first), timed
   one after another to pick the best;
 - then eager, cublas+ours, the best configuration and the launch table's own
-  (``table``) once more, in alternating rounds (``Timer.medians_interleaved``)
+  (``table``) once more, in alternating rounds (``Timer.timings_interleaved``)
   so that their ratios do not inherit drift between them. Those are the
   figures printed.
 
@@ -129,8 +129,8 @@ def main() -> None:
         side_by_side = {"eager": (eager, None), "cublas+ours": (cublas_and_ours, None), "table": (fused_with(table), None)}
         if best:
             side_by_side["best"] = (fused_with(gemm.GemmConfig(**best["config"])), None)
-        medians = timer.medians_interleaved(side_by_side, rounds=ROUNDS)
-        cell["side_by_side_us"] = {name: seconds * 1e6 for name, seconds in medians.items()}
+        timings = timer.timings_interleaved(side_by_side, rounds=ROUNDS)
+        cell["side_by_side_us"] = {name: timing.median_s * 1e6 for name, timing in timings.items()}
         us = cell["side_by_side_us"]
         print(
             f"{model.name:10} T={tokens:5} floor {cell['floor_us']:8.1f} us | eager {us['eager']:8.1f} "
@@ -155,7 +155,7 @@ def main() -> None:
         "copy_tb_per_s": copy_bytes_per_s / 1e12,
         "matmul_tflop_per_s": matmul_flop_per_s / 1e12,
         "floor": "max(read W_gate and W_up once at the copy bandwidth, 4*T*H*I FLOPs at the matmul rate)",
-        "side_by_side": f"Timer.medians_interleaved, {ROUNDS} rounds, L2 flushed before each repetition",
+        "side_by_side": f"Timer.timings_interleaved, {ROUNDS} rounds, L2 flushed before each repetition",
         "cells": cells,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ from geglu_triton.benchmarking.timing import (
     input_set_count,
 )
 
-MEASURED = ("median_us", "tb_per_s", "pct_copy_bandwidth", "pct_of_floor", "first_call_s")
+MEASURED = ("median_us", "host_us_per_rep", "tb_per_s", "pct_copy_bandwidth", "pct_of_floor", "first_call_s")
 
 
 def _parse(module, argv: list[str]) -> argparse.Namespace:
@@ -232,10 +232,11 @@ def test_inputs_a_backward_overwrites_are_checked_as_given(kernel, monkeypatch):
 def test_implementations_are_timed_in_alternating_rounds():
     timer = Timer(torch.device("cpu"), warmup_ms=0.01, rep_ms=0.01)
     order = []
-    medians = timer.medians_interleaved(
+    timings = timer.timings_interleaved(
         {name: ((lambda name=name: order.append(name)), None) for name in "ab"}, rounds=3
     )
-    assert set(medians) == {"a", "b"} and all(seconds >= 0 for seconds in medians.values())
+    assert set(timings) == {"a", "b"}
+    assert all(t.median_s >= 0 and t.host_s_per_rep > 0 for t in timings.values())
     # Warm-up of a, then of b, then three rounds in which each takes its turn.
     turns = [name for i, name in enumerate(order) if i == 0 or order[i - 1] != name]
     assert turns[-6:] == ["a", "b"] * 3
@@ -302,3 +303,10 @@ def test_check_targets_reports_every_target(results, tmp_path):
     # The tiny grid's activation cells are all under 64 MiB; it still judges every one against the others.
     forward_rows = script["forward_best_everywhere"](results)
     assert len(forward_rows) == sum(c["workload"] == "activation-forward" for c in results["cells"])
+    # A cell whose host time per repetition exceeds its GPU time is called host-bound; one below is not.
+    cell = next(c for c in results["cells"] if c["workload"] == "activation-forward")
+    ours = cell["results"]["ours"]
+    ours["host_us_per_rep"] = 2 * ours["median_us"]
+    assert "host-bound" in script["_host_bound_note"](cell)
+    ours["host_us_per_rep"] = 0.5 * ours["median_us"]
+    assert script["_host_bound_note"](cell) == ""

@@ -7,7 +7,7 @@ cache and timed alone between two CUDA events; the result is the median.
 It adds two things do_bench lacks: an untimed ``prepare`` before each
 repetition (Liger's backward overwrites its inputs; ``prepare`` draws fresh
 ones), and timing the implementations of a cell in alternating rounds
-(``medians_interleaved``), so that device drift does not favour whichever
+(``timings_interleaved``), so that device drift does not favour whichever
 runs first. Like ``timeit``, it turns the garbage collector off while timing.
 And it queues each batch of repetitions behind a GPU spin long enough for
 the host to get ahead (``_let_host_get_ahead``), so that a cell's figure is
@@ -64,6 +64,20 @@ def input_set_count(device: torch.device, bytes_per_set: int) -> int:
     """How many input sets a cell rotates among: enough that together they exceed 3x the L2 cache."""
     wanted = math.ceil(ROTATION_L2_MULTIPLE * l2_cache_bytes(device) / max(bytes_per_set, 1))
     return max(1, min(MAX_INPUT_SETS, wanted))
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One callable's figures: its median time per repetition, and the host time a repetition took to queue.
+
+    On a GPU the first is GPU time (the host is kept ahead); the second is
+    what the host spent per repetition (any refresh, the L2 flush, two events
+    and the call). Where the second exceeds the first, a loop of such calls
+    in eager mode would run at the host's pace, not the GPU's.
+    """
+
+    median_s: float
+    host_s_per_rep: float
 
 
 class Timer:
@@ -133,7 +147,7 @@ class Timer:
             self._flush_buffer.zero_()
 
     def median_s(self, fn: Callable[[], object], prepare: Optional[Callable[[], None]] = None) -> float:
-        return self.medians_interleaved({None: (fn, prepare)}, rounds=1)[None]
+        return self.timings_interleaved({None: (fn, prepare)}, rounds=1)[None].median_s
 
     def _repetitions(self, fn: Callable[[], object], prepare: Optional[Callable[[], None]]) -> tuple[int, float]:
         """One untimed call, a five-call estimate, warm-up calls for warmup_ms.
@@ -175,8 +189,8 @@ class Timer:
         synchronize(self.device)
         return [self._seconds_between(s, e) for s, e in marks]
 
-    def medians_interleaved(self, calls: dict, rounds: int) -> dict:
-        """Median seconds of each ``name: (fn, prepare)``, their repetitions taken in alternating rounds.
+    def timings_interleaved(self, calls: dict, rounds: int) -> dict[object, Timing]:
+        """The Timing of each ``name: (fn, prepare)``, their repetitions taken in alternating rounds.
 
         Implementations timed one after another see the device drift between
         them (clocks and power under minutes of GEMMs): in rounds, each of
@@ -198,7 +212,7 @@ class Timer:
         finally:
             if collecting:
                 gc.enable()
-        return {name: statistics.median(times) for name, times in samples.items()}
+        return {name: Timing(statistics.median(samples[name]), plans[name][1]) for name in calls}
 
 
 @dataclass(frozen=True)

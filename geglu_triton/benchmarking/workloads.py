@@ -89,6 +89,8 @@ class Measurement:
     status: str
     reason: Optional[str] = None
     median_us: Optional[float] = None
+    #: Host time to queue one timed repetition (the call, the L2 flush, two events): above median_us, host-bound.
+    host_us_per_rep: Optional[float] = None
     tb_per_s: Optional[float] = None
     pct_copy_bandwidth: Optional[float] = None
     pct_of_floor: Optional[float] = None
@@ -313,24 +315,26 @@ def _time_prepared(bench: CellBench, prepared: dict[str, Prepared]) -> dict[str,
     timer = bench.ctx.timer
     calls = {name: (p.call, p.prepare) for name, p in prepared.items()}
     try:
-        medians = timer.medians_interleaved(calls, rounds=TIMING_ROUNDS)
+        timings: dict = timer.timings_interleaved(calls, rounds=TIMING_ROUNDS)
     except Exception:
         _release_device_memory(bench.ctx.device)
-        medians = {}
-        for name, (call, prepare) in calls.items():
+        timings = {}
+        for name, call_and_prepare in calls.items():
             try:
-                medians[name] = timer.median_s(call, prepare)
+                timings[name] = timer.timings_interleaved({name: call_and_prepare}, rounds=1)[name]
             except Exception as err:
-                medians[name] = Measurement(status="failed", reason=f"while timed: {failure_text(err)}")
+                timings[name] = Measurement(status="failed", reason=f"while timed: {failure_text(err)}")
                 _release_device_memory(bench.ctx.device)
     measured = {}
     for name, p in prepared.items():
-        if isinstance(medians[name], Measurement):
-            measured[name] = medians[name]
+        timing = timings[name]
+        if isinstance(timing, Measurement):
+            measured[name] = timing
             continue
         measurement = p.measurement
-        for key, value in bench.metrics(medians[name]).items():
+        for key, value in bench.metrics(timing.median_s).items():
             setattr(measurement, key, value)
+        measurement.host_us_per_rep = timing.host_s_per_rep * 1e6
         if measurement.graphs_compiled is not None:
             measurement.recompiles_while_timing = implementations.compiled_graph_count() - measurement.graphs_compiled
         measured[name] = measurement
