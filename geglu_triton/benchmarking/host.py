@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import subprocess
@@ -36,7 +35,7 @@ from geglu_triton import REPO_ROOT
 from . import implementations
 from .grid import dtype_name
 from .implementations import COMPILE, EAGER, LIGER, OURS, OURS_CONCAT, Unavailable
-from .timing import synchronize
+from .timing import garbage_collector_paused, synchronize
 from .workloads import Context, failure_text
 
 #: Calls captured in one CUDA graph for the replay timing.
@@ -71,16 +70,11 @@ def _host_loop_us(call: Callable[[], object], calls: int, device: torch.device) 
 
 def _fastest_host_loops_us(named_calls: dict, calls: int, device: torch.device) -> dict:
     """Each call's fastest host loop over HOST_LOOP_ROUNDS rounds in turns, the garbage collector off."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with garbage_collector_paused():
         rounds = [
             {name: _host_loop_us(call, calls, device) for name, call in named_calls.items()}
             for _ in range(HOST_LOOP_ROUNDS)
         ]
-    finally:
-        if collecting:
-            gc.enable()
     return {name: min(loops[name] for loops in rounds) for name in named_calls}
 
 

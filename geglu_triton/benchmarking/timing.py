@@ -26,6 +26,7 @@ import gc
 import math
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -47,6 +48,18 @@ MAX_INPUT_SETS = 16384
 #: Where the device does not say (and on a CPU, nominally), the cache size to rotate past.
 DEFAULT_GPU_L2_BYTES = 60 * 2**20
 CPU_CACHE_BYTES = 2 * 2**20
+
+
+@contextmanager
+def garbage_collector_paused():
+    """Python's garbage collector off for the block, as ``timeit`` turns it off while timing."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def synchronize(device: torch.device) -> None:
@@ -200,18 +213,13 @@ class Timer:
         stall the host in the middle of a repetition and, where a call's
         host time is not hidden behind the GPU's, be charged to it.
         """
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with garbage_collector_paused():
             plans = {name: self._repetitions(fn, prepare) for name, (fn, prepare) in calls.items()}
             samples: dict = {name: [] for name in calls}
             for _ in range(rounds):
                 for name, (fn, prepare) in calls.items():
                     reps, host_s_per_rep = plans[name]
                     samples[name] += self._timed(fn, prepare, -(-reps // rounds), host_s_per_rep)
-        finally:
-            if collecting:
-                gc.enable()
         return {name: Timing(statistics.median(samples[name]), plans[name][1]) for name in calls}
 
 
