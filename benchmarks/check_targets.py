@@ -3,8 +3,8 @@
 Reads what ``python -m geglu_triton bench`` wrote and prints, as markdown,
 one table per target: each cell it applies to, the figures it is judged on,
 and whether it holds. Nothing is measured here; the verdicts are only as good
-as the run behind them (see docs/PERFORMANCE.md for why some cells are
-host-bound rather than GPU-bound).
+as the run behind them (docs/PERFORMANCE.md says how figures are timed and
+why runs before the GPU-spin timer mixed host time into small cells).
 
     python benchmarks/check_targets.py benchmarks/results/<run>/results.json [--out targets.md]
 """
@@ -53,12 +53,18 @@ def _ratio(cell: dict, other: str, ours: str = "ours") -> float:
 
 
 def _host_bound_note(cell: dict) -> str:
-    """A remark where ours' host time per repetition exceeded its GPU time (in runs that record it), else ''."""
+    """A remark where ours' host time per repetition exceeded its GPU time (in runs that record it), else ''.
+
+    Runs that record host time queue each batch behind a GPU spin, so the
+    figure is still GPU time; the remark says that a plain eager loop of
+    such calls would run at the host's pace instead (the host time includes
+    the timer's L2 flush and events, so it overstates the call alone).
+    """
     ours = cell["results"]["ours"]
     host_us = ours.get("host_us_per_rep")
     if host_us is None or ours["median_us"] is None or host_us <= ours["median_us"]:
         return ""
-    return f", host-bound ({host_us:.0f} us/call)"
+    return f", host-bound in a loop ({host_us:.0f} us/rep host time; the figure is GPU time)"
 
 
 def _best_other(cell: dict) -> tuple[str, float]:
