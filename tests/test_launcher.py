@@ -78,7 +78,34 @@ def test_second_call_launches_the_compiled_kernel_directly(launcher_module):
     launch((8,), (buffer,), (48,), _options(launcher_module))
     assert jit.dispatches == [((4,), (buffer, 32), {"BLOCK": 16, "FLAG": True, "num_warps": 4})]
     # Every bound argument, constexprs included, in signature order; the grid as three axes.
-    assert jit.direct_launches == [((8, 1, 1), (buffer, 48, 16, True), STREAM, ("metadata", (8, 1, 1)), None)]
+    # Without a launch hook there is no launch metadata (Triton's launch_metadata would return None).
+    assert jit.direct_launches == [((8, 1, 1), (buffer, 48, 16, True), STREAM, None, None)]
+
+
+class FakeCudaTensor:
+    """What the launcher reads of a CUDA (or ROCm) tensor: its device, dtype and address."""
+
+    is_cuda = True
+    dtype = torch.float16
+
+    def __init__(self, address: int) -> None:
+        self.address = address
+
+    def get_device(self) -> int:
+        return 0
+
+    def data_ptr(self) -> int:
+        return self.address
+
+
+def test_cuda_pointers_travel_as_addresses(launcher_module):
+    """CUDA and ROCm launchers take integers as they are (a tensor costs them a driver query per pointer)."""
+    jit, launch = _direct_launcher(launcher_module)
+    first, second = FakeCudaTensor(0x7F0000000000), FakeCudaTensor(0x7F0000001000)
+    launch((4,), (first,), (32,), _options(launcher_module))
+    launch((4,), (second,), (32,), _options(launcher_module))
+    assert jit.dispatches[0][1] == (first, 32)  # Triton's own dispatch still sees the tensor
+    assert jit.direct_launches[0][1] == (0x7F0000001000, 32, 16, True)
 
 
 def test_launch_hooks_get_their_metadata(launcher_module, monkeypatch):

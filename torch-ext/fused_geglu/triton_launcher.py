@@ -24,7 +24,8 @@ call, with every bound argument, constexprs included, in signature order
 (read in the 3.4, 3.5, 3.6 and 3.9 sources); on others, and under
 TRITON_INTERPRET=1, every call goes through ``kernel[grid]`` as usual.
 Launch hooks (``triton.knobs.runtime.launch_enter_hook``, used by profilers)
-are called as Triton's dispatch calls them.
+are called as Triton's dispatch calls them; our kernels define no
+``launch_metadata`` function, so no hook sees the arguments themselves.
 """
 
 from __future__ import annotations
@@ -65,9 +66,9 @@ def scalar_key(scalars: tuple[int, ...]) -> tuple:
     return tuple((s % 16 == 0, s == 1, _INT32_MIN <= s <= _INT32_MAX) for s in scalars)
 
 
-def tensor_key(tensors: tuple[torch.Tensor, ...]) -> tuple:
+def pointer_key(tensors: tuple[torch.Tensor, ...], addresses: list[int]) -> tuple:
     """What Triton specializes on in these pointer arguments: dtype and 16-byte alignment."""
-    return tuple([(t.dtype, t.data_ptr() % 16 == 0) for t in tensors])
+    return tuple([(t.dtype, address % 16 == 0) for t, address in zip(tensors, addresses)])
 
 
 @dataclass(frozen=True)
@@ -115,21 +116,31 @@ class Launcher:
         if not self.direct:
             self.kernel[grid](*tensors, *scalars, **options.as_kwargs())
             return
-        key = (index, options.key, tensor_key(tensors), scalar_key(scalars))
+        addresses = [t.data_ptr() for t in tensors]
+        key = (index, options.key, pointer_key(tensors, addresses), scalar_key(scalars))
         compiled = self._compiled.get(key)
         if compiled is None:
             self._compiled[key] = self.kernel[grid](*tensors, *scalars, **options.as_kwargs())
             return
-        args = (*tensors, *scalars, *options.constexpr_values)
+        # CUDA and ROCm launchers take a pointer as a plain integer as it is;
+        # given a tensor, they call its data_ptr() and then ask the driver
+        # whether the address is device memory (cuPointerGetAttribute), once
+        # per pointer and per launch. The addresses were read for the key
+        # already. Other backends get the tensors, as Triton's dispatch passes them.
+        pointers = addresses if tensors[0].is_cuda else tensors
+        args = (*pointers, *scalars, *options.constexpr_values)
         grid_xyz = grid + (1,) * (3 - len(grid))
         stream = driver.active.get_current_stream(index)
+        enter_hook = knobs.runtime.launch_enter_hook
+        # Without an enter hook, Triton's launch_metadata returns None at once: skip the call.
+        metadata = None if enter_hook is None else compiled.launch_metadata(grid_xyz, stream, *args)
         compiled.run(
             *grid_xyz,
             stream,
             compiled.function,
             compiled.packed_metadata,
-            compiled.launch_metadata(grid_xyz, stream, *args),
-            knobs.runtime.launch_enter_hook,
+            metadata,
+            enter_hook,
             knobs.runtime.launch_exit_hook,
             *args,
         )
