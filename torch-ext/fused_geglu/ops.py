@@ -56,6 +56,8 @@ def _row_view(tensor: torch.Tensor) -> Optional[torch.Tensor]:
         tensor = tensor.reshape(1)
     if tensor.stride(-1) != 1 and tensor.shape[-1] != 1:
         return None
+    if tensor.dim() == 2:  # already one: a view would only cost a dispatcher round trip
+        return tensor
     try:
         return tensor.view(-1, tensor.shape[-1])
     except RuntimeError:  # leading dimensions that no single row stride describes
@@ -110,8 +112,8 @@ def _new_output(like: torch.Tensor, shape=None) -> torch.Tensor:
 
 
 def _halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    half = x.shape[-1] // 2
-    return x[..., :half], x[..., half:]
+    """Views of [gate | up]: x's last dimension is even (checks.check_concat), so the two chunks are equal."""
+    return x.chunk(2, dim=-1)
 
 
 # --- implementations, shared by the registered ops and the eager Functions ---
@@ -130,8 +132,9 @@ def geglu_backward_impl(grad_out, gate, up, approximate: str) -> tuple[torch.Ten
 
 
 def geglu_concat_impl(x: torch.Tensor, approximate: str) -> torch.Tensor:
-    out = _new_output(x, concat_output_shape(x))
-    _forward_into(*_halves(x), out, approximate)
+    gate, up = _halves(x)
+    out = _new_output(gate)
+    _forward_into(gate, up, out, approximate)
     return out
 
 
