@@ -17,9 +17,13 @@ before every repetition; every weight matrix here is larger than the L2):
 
 The floor of the first half is the larger of reading both weights once at
 the measured copy bandwidth and its FLOPs (4 T H I) at the measured cuBLAS
-rate. Token counts from 64 to 512 locate where cuBLAS overtakes the fused
-kernel (``FUSED_MAX_TOKENS``). ``--sweep`` limits the candidate sweep to
-some token counts; the others time the launch table's choice alone.
+rate. Token counts from 32 to 256 locate where cuBLAS overtakes the fused
+kernel (``FUSED_MAX_TOKENS``). Every Gemma size's MLP is swept
+(``grid.GEMMA_MLPS``); each timed configuration records the shared memory
+and registers of its compiled kernel, so that tables for devices with less
+shared memory can be chosen from the same measurements. ``--sweep`` limits
+the candidate sweep to some token counts; the others time the launch
+table's choice alone.
 
     python benchmarks/tune_gemm_config.py --kernel-dir build --out gemm_sweep.json [--sweep 128 256]
 """
@@ -33,14 +37,14 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+import triton
 from triton.testing import do_bench
 
 from geglu_triton.benchmarking.environment import device_properties, load_kernel, utc_now, versions
-from geglu_triton.benchmarking.grid import GEMMA3_27B, GEMMA_2B, GEMMA_7B
+from geglu_triton.benchmarking.grid import GEMMA_MLPS
 from geglu_triton.benchmarking.timing import Timer
 
-MODELS = (GEMMA_2B, GEMMA_7B, GEMMA3_27B)
-TOKENS = (1, 8, 16, 64, 128, 256, 512, 1024, 4096)
+TOKENS = (1, 8, 16, 32, 64, 128, 256)
 #: Rounds of the side-by-side comparison, and the fused output's largest relative error to eager's.
 ROUNDS = 3
 MAX_REL_ERROR = 2e-2
@@ -49,17 +53,27 @@ MAX_REL_ERROR = 2e-2
 def candidates(gemm, tokens: int) -> list:
     """The configurations tried for this token count's class."""
     config = gemm.GemmConfig
+    # Stages from 2 up: the shallow ones are what fits ~100 KB (sm_86/89/120) and 64 KB (AMD) of shared memory.
     if tokens <= 16:
-        grid = itertools.product((32, 64, 128), (128, 256), (4, 8), (3, 5))
+        grid = itertools.product((32, 64, 128), (64, 128, 256), (4,), (2, 3, 4, 5))
         return [config(16, n, k, 1, w, s) for n, k, w, s in grid]
     if tokens <= 64:
-        grid = itertools.product((32, 64, 128), (64, 128), (4,), (3, 5))
-        return [config(64, n, k, 8, w, s) for n, k, w, s in grid]
+        grid = itertools.product((32, 64, 128), (64, 128), (4,), (2, 3, 5))
+        return [config(min(64, triton.next_power_of_2(tokens)), n, k, 8, w, s) for n, k, w, s in grid]
     if tokens <= 512:  # the crossover region: medium tiles too, so that few tiles still fill the SMs
         grid = itertools.product(((64, 64, 64, 4), (64, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 8)), (3, 4))
         return [config(m, n, k, 8, w, s) for (m, n, k, w), s in grid]
     shapes = [(64, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 8), (128, 128, 32, 8), (64, 256, 64, 8), (128, 256, 32, 8)]
     return [config(m, n, k, 8, w, s) for (m, n, k, w), s in itertools.product(shapes, (3, 4))]
+
+
+def compiled_resources(gemm, config, approximate: str) -> dict:
+    """Shared memory (bytes) and registers per thread of the kernel compiled for ``config`` (no bias, 32-bit offsets)."""
+    options = gemm._launch_options(config, approximate, False, False, False)
+    for key, compiled in gemm._launch_geglu_linear_kernel._compiled.items():
+        if key[1] == options.key:
+            return {"shared_bytes": compiled.metadata.shared, "registers": compiled.n_regs}
+    return {}
 
 
 def median_ms(fn) -> float:
@@ -71,6 +85,8 @@ def main() -> None:
     parser.add_argument("--kernel-dir", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--approximate", default="tanh")
+    parser.add_argument("--tokens", type=int, nargs="*", default=TOKENS, help="token counts (default: %(default)s)")
+    parser.add_argument("--models", nargs="*", help="model names of grid.GEMMA_MLPS (default: all)")
     parser.add_argument(
         "--sweep", type=int, nargs="*", default=TOKENS, help="token counts whose candidates are swept (default: all)"
     )
@@ -90,7 +106,23 @@ def main() -> None:
 
     timer = Timer(torch.device("cuda"), warmup_ms=10, rep_ms=60)
     cells = []
-    for model, tokens in itertools.product(MODELS, TOKENS):
+    result = {
+        "what": "fused GeGLU GEMM launch-table sweep (first half of the MLP: both projections and the GeGLU)",
+        "gpu": torch.cuda.get_device_name(),
+        "device": device_properties(torch.device("cuda")),
+        "versions": versions(),
+        "date": utc_now().isoformat(timespec="seconds"),
+        "dtype": "bf16",
+        "approximate": approximate,
+        "copy_tb_per_s": copy_bytes_per_s / 1e12,
+        "matmul_tflop_per_s": matmul_flop_per_s / 1e12,
+        "floor": "max(read W_gate and W_up once at the copy bandwidth, 4*T*H*I FLOPs at the matmul rate)",
+        "side_by_side": f"Timer.timings_interleaved, {ROUNDS} rounds, L2 flushed before each repetition",
+        "cells": cells,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    models = [m for m in GEMMA_MLPS if not args.models or m.name in args.models]
+    for model, tokens in itertools.product(models, args.tokens):
         hidden, intermediate = model.hidden, model.intermediate
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
         w_gate, w_up = (torch.randn(intermediate, hidden, device="cuda", dtype=dtype) * hidden**-0.5 for _ in range(2))
@@ -120,6 +152,7 @@ def main() -> None:
                 torch.cuda.synchronize()
                 entry["rel_error_vs_eager"] = ((out.float() - reference).norm() / reference.norm()).item()
                 entry["us"] = median_ms(fused_with(config)) * 1e3
+                entry.update(compiled_resources(gemm, config, approximate))
             except Exception as err:  # out of shared memory or registers: record and go on
                 entry["error"] = f"{type(err).__name__}: {str(err)[:200]}"
             cell["configs"].append(entry)
@@ -141,25 +174,9 @@ def main() -> None:
             flush=True,
         )
         cells.append(cell)
+        args.out.write_text(json.dumps(result, indent=1))  # after every cell: a run cut short keeps what it measured
         del x, w_gate, w_up, out, reference
         torch.cuda.empty_cache()
-
-    result = {
-        "what": "fused GeGLU GEMM launch-table sweep (first half of the MLP: both projections and the GeGLU)",
-        "gpu": torch.cuda.get_device_name(),
-        "device": device_properties(torch.device("cuda")),
-        "versions": versions(),
-        "date": utc_now().isoformat(timespec="seconds"),
-        "dtype": "bf16",
-        "approximate": approximate,
-        "copy_tb_per_s": copy_bytes_per_s / 1e12,
-        "matmul_tflop_per_s": matmul_flop_per_s / 1e12,
-        "floor": "max(read W_gate and W_up once at the copy bandwidth, 4*T*H*I FLOPs at the matmul rate)",
-        "side_by_side": f"Timer.timings_interleaved, {ROUNDS} rounds, L2 flushed before each repetition",
-        "cells": cells,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":
