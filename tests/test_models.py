@@ -16,12 +16,12 @@ import torch
 from geglu_triton.models import kernelize_geglu_mlps
 from geglu_triton.publish import publish
 from reference import rel_error
+from tiny_models import LOGITS_REL_TOL, tiny_model
 
 transformers = pytest.importorskip("transformers")
 
 REPO = "org/fused-geglu-models"
 GRAD_REL_TOL = 1e-4  # fp32 model: fused backward (fp32 math) against eager autograd
-LOGITS_REL_TOL = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -31,30 +31,6 @@ def published(hub, build_dir):
     api = HfApi(endpoint=hub.endpoint, token=os.environ["HF_TOKEN"])
     publish(build_dir, REPO, api=api, allow_dirty=True, import_check=False, echo=lambda _line: None)
     return REPO
-
-
-def tiny_model(family: str, activation: str):
-    common = dict(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=72,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=64,
-    )
-    if family == "gemma":
-        config = transformers.GemmaConfig(hidden_act=activation, **common)
-        cls = transformers.GemmaForCausalLM
-    elif family == "gemma2":
-        config = transformers.Gemma2Config(hidden_activation=activation, sliding_window=16, **common)
-        cls = transformers.Gemma2ForCausalLM
-    else:
-        config = transformers.Gemma3TextConfig(hidden_activation=activation, sliding_window=16, **common)
-        cls = transformers.Gemma3ForCausalLM
-    torch.manual_seed(0)
-    return cls(config)
 
 
 def _run(model, input_ids, train: bool):
