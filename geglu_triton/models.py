@@ -71,9 +71,9 @@ def _fused_forward(module: nn.Module) -> bool:
 
 
 def check_geglu_mlps(model: nn.Module, *, strict: bool = True) -> list[str]:
-    """The names of the modules mapped to ``GeGLUMLP``; an error (or, not ``strict``, a warning) if any kept its own forward.
+    """The names of the modules that run ``GeGLUMLP``; KernelLoadError if a mapped one kept its own forward.
 
-    A module is mapped when its class carries ``kernel_layer_name = "GeGLUMLP"``:
+    With ``strict=False`` a warning instead of the error. A module is mapped when its class carries ``kernel_layer_name = "GeGLUMLP"``:
     the layout class transformers builds from a ``KernelConfig``, or a class
     registered with ``replace_kernel_forward_from_hub``. Call it after
     ``from_pretrained(..., use_kernels=True)`` and after ``model.train()``/``eval()``,
