@@ -8,13 +8,21 @@ so ``kernelize`` alone would leave them untouched. The recipe is:
         kernelize(model, mode=Mode.INFERENCE)
 
 ``kernelize_geglu_mlps`` does exactly that for every GeGLU MLP class it finds.
+
+transformers (5.22+) can do it too, from the kernel's ``GeGLUMLPLayout``:
+``from_pretrained(..., use_kernels=True, kernel_config=KernelConfig({"Gemma3MLP":
+"org/fused-geglu:GeGLUMLP"}))``. When its ``kernelize`` cannot use the layer
+(no mapping for the device or mode, a variant that does not load), it keeps
+the original forward without a word; ``check_geglu_mlps`` says so.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+from urllib.parse import urlsplit
 
 import torch.nn as nn
 
@@ -49,6 +57,99 @@ def geglu_mlp_classes(model: nn.Module, gelu_approximation) -> list[type]:
     return classes
 
 
+class KernelLoadError(RuntimeError):
+    """The kernel could not be fetched or did not replace the MLPs; the one-line message says why."""
+
+
+def _fused_forward(module: nn.Module) -> bool:
+    """Whether ``module`` runs fused-geglu's ``GeGLUMLP.forward`` (as ``kernelize`` binds it)."""
+    function = getattr(module.forward, "__func__", None)
+    return (
+        getattr(function, "__qualname__", None) == f"{LAYER_NAME}.forward"
+        and getattr(function, "__module__", "").rpartition(".")[2] == "layers"
+    )
+
+
+def check_geglu_mlps(model: nn.Module, *, strict: bool = True) -> list[str]:
+    """The names of the modules that run ``GeGLUMLP``; KernelLoadError if a mapped one kept its own forward.
+
+    With ``strict=False`` a warning instead of the error. A module is mapped when its class carries ``kernel_layer_name = "GeGLUMLP"``:
+    the layout class transformers builds from a ``KernelConfig``, or a class
+    registered with ``replace_kernel_forward_from_hub``. Call it after
+    ``from_pretrained(..., use_kernels=True)`` and after ``model.train()``/``eval()``,
+    which kernelize again: transformers falls back to the original forward
+    silently (``KernelizeFallback.ALL``).
+    """
+    mapped = {
+        name: module
+        for name, module in model.named_modules()
+        if getattr(type(module), "kernel_layer_name", None) == LAYER_NAME
+    }
+    if not mapped:
+        problem = (
+            f"no module of {type(model).__name__} is mapped to {LAYER_NAME}: the KernelConfig key must be "
+            "the model's MLP class (GemmaMLP, Gemma2MLP or Gemma3MLP)"
+        )
+    else:
+        unfused = [name for name, module in mapped.items() if not _fused_forward(module)]
+        if not unfused:
+            return list(mapped)
+        device = next(model.parameters()).device.type
+        mode = "training" if model.training else "inference"
+        problem = (
+            f"{len(unfused)} of {len(mapped)} modules mapped to {LAYER_NAME} kept their original forward "
+            f"(first: {unfused[0]}): kernelize found no {LAYER_NAME} kernel for device {device!r} in {mode} mode, "
+            "or could not load it; see README, 'Kernelizing a transformers model'"
+        )
+    if strict:
+        raise KernelLoadError(problem)
+    warnings.warn(problem, stacklevel=2)
+    return [name for name, module in mapped.items() if _fused_forward(module)]
+
+
+def load_hub_kernel(repo_id: str, version: int, trust_remote_code: bool):
+    """``kernels.get_kernel``, with a network failure reported as one line that names it.
+
+    Without ``trust_remote_code``, get_kernel first asks the Hub whether the
+    publisher is trusted; when the Hub cannot be reached it says only that it
+    "could not verify publisher trust status". The request is repeated here to
+    name the network error instead.
+    """
+    import httpx2  # huggingface_hub 2.x's HTTP client, whose errors it raises
+    from huggingface_hub import HfApi, constants
+    from kernels import get_kernel
+
+    endpoint = constants.ENDPOINT
+    try:
+        return get_kernel(repo_id, version=version, trust_remote_code=trust_remote_code)
+    except ValueError as error:
+        if "could not verify publisher trust status" not in str(error):
+            raise
+        org = repo_id.partition("/")[0]
+        try:
+            HfApi(endpoint=endpoint).get_organization_overview(org)
+        except Exception as cause:  # noqa: BLE001 (any failure of the request is what the user must see)
+            reason = f"{type(cause).__name__}: {cause}"
+        else:
+            reason = "the request succeeded when repeated; try again"
+        raise KernelLoadError(
+            f"cannot check whether {org!r} is a trusted kernel publisher at {endpoint} ({reason}); "
+            f"{_reach_hint(endpoint)}"
+        ) from None
+    except (OSError, httpx2.HTTPError) as cause:
+        raise KernelLoadError(
+            f"cannot fetch {repo_id} version {version} from {endpoint} ({type(cause).__name__}: {cause}); "
+            f"{_reach_hint(endpoint)}"
+        ) from None
+
+
+def _reach_hint(endpoint: str) -> str:
+    host = urlsplit(endpoint).hostname or ""
+    if host in ("127.0.0.1", "localhost", "::1"):
+        return "is the local Hub running (python -m geglu_triton hub serve --data DIR)?"
+    return "check the network and HF_ENDPOINT"
+
+
 @dataclass
 class KernelizeReport:
     classes: list[str]
@@ -73,12 +174,15 @@ def kernelize_geglu_mlps(
         mode: a ``kernels.Mode``; by default TRAINING when the model is in
             training mode, else INFERENCE.
         device: the device type to kernelize for; by default the model's.
+        trust_remote_code: load a kernel whose publisher the Hub does not
+            mark as trusted (as ``get_kernel`` takes it).
+
+    Raises KernelLoadError, in one line, when the Hub cannot be reached.
     """
     from kernels import (
         LayerRepository,
         LocalLayerRepository,
         Mode,
-        get_kernel,
         get_local_kernel,
         kernelize,
         replace_kernel_forward_from_hub,
@@ -89,7 +193,7 @@ def kernelize_geglu_mlps(
         kernel = get_local_kernel(Path(local_path))
         repository = LocalLayerRepository(repo_path=Path(local_path), layer_name=LAYER_NAME)
     else:
-        kernel = get_kernel(repo_id, version=version, trust_remote_code=trust_remote_code)
+        kernel = load_hub_kernel(repo_id, version, trust_remote_code)
         repository = LayerRepository(
             repo_id=repo_id, layer_name=LAYER_NAME, version=version, trust_remote_code=trust_remote_code
         )

@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import copy
 import os
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
 
+from geglu_triton import REPO_ROOT
 from geglu_triton.models import kernelize_geglu_mlps
 from geglu_triton.publish import publish
 from reference import rel_error
+from tiny_models import LOGITS_REL_TOL, tiny_model
 
 transformers = pytest.importorskip("transformers")
 
 REPO = "org/fused-geglu-models"
 GRAD_REL_TOL = 1e-4  # fp32 model: fused backward (fp32 math) against eager autograd
-LOGITS_REL_TOL = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -31,30 +35,6 @@ def published(hub, build_dir):
     api = HfApi(endpoint=hub.endpoint, token=os.environ["HF_TOKEN"])
     publish(build_dir, REPO, api=api, allow_dirty=True, import_check=False, echo=lambda _line: None)
     return REPO
-
-
-def tiny_model(family: str, activation: str):
-    common = dict(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=72,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=64,
-    )
-    if family == "gemma":
-        config = transformers.GemmaConfig(hidden_act=activation, **common)
-        cls = transformers.GemmaForCausalLM
-    elif family == "gemma2":
-        config = transformers.Gemma2Config(hidden_activation=activation, sliding_window=16, **common)
-        cls = transformers.Gemma2ForCausalLM
-    else:
-        config = transformers.Gemma3TextConfig(hidden_activation=activation, sliding_window=16, **common)
-        cls = transformers.Gemma3ForCausalLM
-    torch.manual_seed(0)
-    return cls(config)
 
 
 def _run(model, input_ids, train: bool):
@@ -108,3 +88,34 @@ def test_kernelize_with_torch_compile_mode(published):
     input_ids = torch.randint(0, 128, (1, 8))
     with torch.no_grad():
         assert rel_error(kernelized(input_ids).logits, original(input_ids).logits) <= LOGITS_REL_TOL
+
+
+_KERNELIZE_WITHOUT_A_HUB = """
+import torch
+from geglu_triton.models import KernelLoadError, kernelize_geglu_mlps
+for trust in (False, True):
+    try:
+        kernelize_geglu_mlps(torch.nn.Linear(2, 2), repo_id="org/fused-geglu", trust_remote_code=trust)
+    except KernelLoadError as error:
+        print(error)
+"""
+
+
+def test_an_unreachable_hub_is_named_in_one_line(tmp_path):
+    """get_kernel says only that it "could not verify publisher trust status"; the helper names the network error."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"  # closed once the block ends: refused
+    env = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path), "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-c", _KERNELIZE_WITHOUT_A_HUB], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    hint = (
+        "(ConnectError: [Errno 111] Connection refused); "
+        "is the local Hub running (python -m geglu_triton hub serve --data DIR)?"
+    )
+    assert result.stdout.splitlines() == [
+        f"cannot check whether 'org' is a trusted kernel publisher at {endpoint} {hint}",
+        f"cannot fetch org/fused-geglu version 1 from {endpoint} {hint}",
+    ]

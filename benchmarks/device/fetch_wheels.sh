@@ -3,7 +3,11 @@
 # lacks into .whl/ (ignored by git; name it in the device tool's `carry`):
 # the machine's image has torch, triton and transformers but not kernels,
 # liger-kernel or the local Hub server's packages. scripts/env.sh installs
-# them there. Pins: the versions the committed H200 results were taken with.
+# them there. Pins: the versions the committed H200 results were taken with,
+# except transformers: 5.22.2 (as requirements-dev.txt), the newest release
+# whose kernels route accepts kernels 0.17.x; those results used 5.24.0.
+# accelerate (and its psutil): transformers' device_map, which the KernelConfig
+# route on a GPU needs (tests/test_transformers_route.py -m gpu).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo /.whl/ >> .git/info/exclude
@@ -13,9 +17,9 @@ for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manyl
 done
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     "${platforms[@]}" -d .whl \
-    kernels==0.17.2 huggingface_hub==2.4.0 transformers==5.24.0 liger_kernel==0.8.5 hf_xet==1.8.0 \
+    kernels==0.17.2 huggingface_hub==2.4.0 transformers==5.22.2 liger_kernel==0.8.5 hf_xet==1.8.0 \
     tomlkit==0.15.2 fastapi==0.165.0 starlette==1.10.0 uvicorn==0.55.0 pydantic==2.14.4 pydantic-core==2.50.5 \
     annotated-types==0.8.0 annotated-doc==0.0.7 typing-inspection==0.4.5 typing_extensions==4.16.0 \
     opentelemetry-api==1.45.2 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5 idna==3.20 anyio==4.16.0 \
-    click==8.5.1
+    click==8.5.1 accelerate==1.16.0 psutil==7.2.2
 echo "wheels in .whl/: $(ls .whl | wc -l)"

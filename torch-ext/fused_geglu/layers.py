@@ -16,6 +16,10 @@ import torch.nn as nn
 
 from .functional import geglu, geglu_concat, geglu_linear
 
+# transformers (5.22+) finds the module it builds in place of a mapped Gemma MLP
+# as ``<layer>Layout`` next to the layer: see layouts.py.
+from .layouts import GeGLUMLPLayout  # noqa: F401
+
 # The GELU each activation computes: "tanh" or "none" (exact erf). The tanh
 # forms of transformers (GELUTanh, NewGELU, FastGELU) are the same function,
 # written with different roundings.

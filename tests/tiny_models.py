@@ -1,0 +1,35 @@
+"""Tiny random Gemma, Gemma2 and Gemma3 causal LMs, and how close a kernelized one must stay to eager."""
+
+from __future__ import annotations
+
+import torch
+
+LOGITS_REL_TOL = 1e-5  # fp32 model: fused GeGLU against eager, over the whole model
+VOCAB_SIZE = 128
+
+
+def tiny_model(family: str, activation: str = "gelu_pytorch_tanh"):
+    """A two-layer ``<family>ForCausalLM`` (gemma, gemma2, gemma3) with random weights (seed 0)."""
+    import transformers
+
+    common = dict(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=32,
+        intermediate_size=72,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=64,
+    )
+    if family == "gemma":
+        config = transformers.GemmaConfig(hidden_act=activation, **common)
+        cls = transformers.GemmaForCausalLM
+    elif family == "gemma2":
+        config = transformers.Gemma2Config(hidden_activation=activation, sliding_window=16, **common)
+        cls = transformers.Gemma2ForCausalLM
+    else:
+        config = transformers.Gemma3TextConfig(hidden_activation=activation, sliding_window=16, **common)
+        cls = transformers.Gemma3ForCausalLM
+    torch.manual_seed(0)
+    return cls(config)
