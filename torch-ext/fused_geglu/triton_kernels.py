@@ -308,11 +308,14 @@ def launch_forward(
     _launch_forward_kernel(grid, tensors, (n_rows, n_cols, *row_strides), options)
 
 
-@functools.lru_cache(maxsize=64)
-def _backward_options(options: LaunchOptions, store_output: bool) -> LaunchOptions:
-    """``launch_plan``'s options with the backward kernel's last constexpr, STORE_OUTPUT."""
+@functools.lru_cache(maxsize=4096)
+def _backward_plan(
+    n_rows: int, n_cols: int, max_row_stride: int, element_size: int, approximate: str, store_output: bool
+) -> tuple[tuple[int], LaunchOptions]:
+    """``launch_plan`` with the backward kernel's last constexpr, STORE_OUTPUT (cached: one lookup per call)."""
+    grid, options = launch_plan(n_rows, n_cols, max_row_stride, element_size, approximate)
     constexprs = (*options.constexprs, ("STORE_OUTPUT", store_output))
-    return LaunchOptions(constexprs=constexprs, num_warps=options.num_warps, num_stages=options.num_stages)
+    return grid, LaunchOptions(constexprs=constexprs, num_warps=options.num_warps, num_stages=options.num_stages)
 
 
 def launch_backward(
@@ -325,5 +328,7 @@ def launch_backward(
     store_output = len(tensors) == 6
     if not store_output:  # the kernel never writes out_ptr: pass grad_up in its place
         tensors, row_strides = (*tensors, tensors[4]), (*row_strides, row_strides[4])
-    grid, options = launch_plan(n_rows, n_cols, max(row_strides), tensors[0].element_size(), approximate)
-    _launch_backward_kernel(grid, tensors, (n_rows, n_cols, *row_strides), _backward_options(options, store_output))
+    grid, options = _backward_plan(
+        n_rows, n_cols, max(row_strides), tensors[0].element_size(), approximate, store_output
+    )
+    _launch_backward_kernel(grid, tensors, (n_rows, n_cols, *row_strides), options)
