@@ -118,7 +118,9 @@ def main() -> None:
                     def bwd(g, u, d):
                         rs = g.stride(0) if matrices == "rows" else 0
                         oc = n_cols if matrices == "rows" else 0
-                        tk.geglu_backward_kernel[grid](d, g, u, grad_gate, grad_up, rows, cols, oc, rs, rs, oc, oc, **meta)
+                        tk.geglu_backward_kernel[grid](
+                            d, g, u, grad_gate, grad_up, grad_up, rows, cols, oc, rs, rs, oc, oc, oc, **meta, STORE_OUTPUT=False
+                        )
 
                     f_ms, b_ms = time_ms(fwd), time_ms(bwd)
                     cell["configs"].append({"tile_bytes": tile_bytes, "num_warps": warps, "block_m": block_m,

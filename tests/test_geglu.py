@@ -13,6 +13,8 @@ import torch
 from reference import (
     APPROXIMATIONS,
     BACKWARD_FP32_ULPS,
+    BACKWARD_MAX_MISMATCH_FRACTION,
+    BACKWARD_MAX_ULPS,
     ERROR_RATIO_TO_EAGER,
     DTYPES,
     FORWARD_REL_TOL,
@@ -114,6 +116,21 @@ def test_gelu_rounding_point_is_within_one_ulp_of_eager(kernel, device, dtype, a
     eager = torch.nn.functional.gelu(gate, approximate=approximate)
     assert_mostly_bit_identical(ours, eager)
     assert _max_ulps_where_well_conditioned(ours, eager, gate) <= MAX_GELU_ULPS
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("approximate", APPROXIMATIONS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_backward_rounds_like_eager_autograd(kernel, device, dtype, approximate):
+    """Both bf16/fp16 gradients are eager autograd's, to within a few ulps in rare elements."""
+    gate, up, grad_out = (randn(8, 4096, dtype=dtype, device=device) for _ in range(3))
+    ours = kernel.ops.geglu_backward(grad_out, gate, up, approximate)
+    gate_e, up_e = gate.clone().requires_grad_(), up.clone().requires_grad_()
+    eager_geglu(gate_e, up_e, approximate).backward(grad_out)
+    for name, mine, eager in zip(("gate", "up"), ours, (gate_e.grad, up_e.grad)):
+        mismatch = (mine != eager).float().mean().item()
+        assert mismatch <= BACKWARD_MAX_MISMATCH_FRACTION, f"grad_{name}: {mismatch:.2%} of elements differ from eager"
+        assert _max_ulps_where_well_conditioned(mine, eager, gate) <= BACKWARD_MAX_ULPS, f"grad_{name}"
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # the interpreter's exp(-2z) -> inf: sigmoid 0
@@ -260,8 +277,12 @@ def test_64bit_offset_kernels_compute_the_same(kernel, device, approximate):
     grid, options = tk.launch_plan(3, 37, 37, 4, approximate)
     common = {**options.as_kwargs(), "INT64_OFFSETS": True}
     tk.geglu_forward_kernel[grid](gate, up, out, 3, 37, 37, 37, 37, **common)
-    tk.geglu_backward_kernel[grid](grad_out, gate, up, grad_gate, grad_up, 3, 37, 37, 37, 37, 37, 37, **common)
+    out_again = torch.empty_like(out)
+    tk.geglu_backward_kernel[grid](
+        grad_out, gate, up, grad_gate, grad_up, out_again, 3, 37, *(37,) * 6, **common, STORE_OUTPUT=True
+    )
     assert rel_error(out, geglu64(gate, up, approximate)) <= 1e-6
+    assert torch.equal(out_again, out)
     for ours, exact in zip((grad_gate, grad_up), geglu64_grads(gate, up, grad_out, approximate)):
         assert rel_error(ours, exact) <= 1e-6
 

@@ -98,10 +98,39 @@ def test_geglu_mlp_without_act_fn_reads_the_config(kernel, name, expected):
     assert rel_error(out, expected_out) <= 1e-6
 
 
-def test_geglu_mlp_without_act_fn_and_unknown_activation_is_refused(kernel):
-    module = GeGLUMLPModule(config=types.SimpleNamespace(hidden_act="silu"))
-    with pytest.raises(ValueError, match="'silu'"):
-        _with_kernel_forward(module, kernel.layers.GeGLUMLP)(randn(2, 16))
+class _ConfigActivationMLP(GeGLUMLPModule):
+    """Liger's naming: no act_fn; its own forward applies the activation its config names (ReLU if none)."""
+
+    def forward(self, x):
+        name = self.config.hidden_act
+        act = transformers_activations.ACT2FN[name] if name else torch.relu
+        return self.down_proj(act(self.gate_proj(x)) * self.up_proj(x))
+
+
+@pytest.mark.parametrize("name", ["silu", "relu", None])
+def test_geglu_mlp_without_act_fn_runs_the_original_forward_for_other_activations(kernel, name):
+    """No act_fn and a config naming another activation, or none: the module's own forward runs, unfused."""
+    module = _ConfigActivationMLP(config=types.SimpleNamespace(hidden_act=name))
+    assert kernel.layers.gelu_approximation(module) is None
+    x = randn(2, 16).requires_grad_()
+    reference = module(x)
+    out = _with_kernel_forward(module, kernel.layers.GeGLUMLP)(x)
+    assert torch.equal(out, reference)
+    out.sum().backward()
+    assert x.grad is not None
+
+
+def test_geglu_mlp_on_a_meta_device_model(kernel):
+    """torch.device("meta") model init and shape propagation through the kernelized MLP, training and inference."""
+    with torch.device("meta"):
+        module = _with_kernel_forward(GeGLUMLPModule(nn.GELU(approximate="tanh"), bias=True), kernel.layers.GeGLUMLP)
+        x = torch.empty(2, 5, 16, dtype=torch.float32)
+    out = module(x)
+    assert out.is_meta and out.shape == (2, 5, 16)
+    out.sum().backward()
+    assert all(p.grad.is_meta and p.grad.shape == p.shape for p in module.parameters())
+    with torch.no_grad():
+        assert module(x).shape == (2, 5, 16)
 
 
 @pytest.mark.kernels_ci

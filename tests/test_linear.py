@@ -84,6 +84,21 @@ def test_every_launch_table_config_is_correct(kernel, device, dtype):
         _assert_matches_eager_error(out, operands, "tanh")
 
 
+@pytest.mark.parametrize(
+    "make_bias",
+    [lambda b: torch.stack([b, -b], dim=1)[:, 0], lambda b: b[:1].expand(b.shape[0]), lambda b: b.flip(0).flip(0)],
+    ids=["stride-2", "stride-0", "contiguous"],
+)
+def test_biases_of_any_stride(kernel, device, fused_launches, make_bias):
+    """The fused GEMM reads a bias as a unit-stride vector: other strides must give eager's result too."""
+    operands = list(linear_inputs((5,), 32, 24, dtype=torch.bfloat16, device=device, bias=True))
+    operands[3], operands[4] = make_bias(operands[3]), make_bias(operands[4])
+    with torch.no_grad():
+        out = kernel.geglu_linear(*operands)
+    _assert_matches_eager_error(out, operands, "tanh")
+    assert fused_launches == ([5] if kernel.triton_gemm_kernels.fused_pays_off(5) else [])
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_inference_runs_the_fused_kernel(kernel, device, fused_launches, dtype):
     operands = linear_inputs((3,), 48, 40, dtype=dtype, device=device)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -10,7 +11,7 @@ import textwrap
 import pytest
 import torch
 
-from reference import randn, rel_error
+from reference import geglu64, randn, rel_error
 
 
 @pytest.fixture(scope="module")
@@ -85,13 +86,17 @@ BAD_INPUTS = [
     ("gelu_and_mul", lambda: (torch.empty(3, 2).half(), randn(3, 4)), {}, TypeError, "out must have the input's dtype"),
     ("gelu_tanh_and_mul", lambda: (torch.empty(3, 2, device="meta"), randn(3, 4)), {}, ValueError, "out must be on"),
     ("gelu_tanh_and_mul", lambda: (torch.empty(3, 2), randn(3, 5)), {}, ValueError, "must be even"),
+    ("gelu_and_mul", lambda: (torch.empty(1, 2).expand(3, 2), randn(3, 4)), {}, ValueError, "stride 0 in dimension 0"),
+    ("geglu_down_proj", lambda: (randn(3, 4), randn(3, 4), randn(5, 3)), {}, ValueError, "down_weight must be [hidden, 4]"),
+    ("geglu_down_proj", lambda: (randn(3, 4), randn(3, 4), randn(5, 4), randn(4)), {}, ValueError, "down_bias must have shape (5,)"),
+    ("geglu_down_proj", lambda: (randn(3, 4), randn(3, 4), randn(5, 4).half()), {}, TypeError, "down_weight must have gate's dtype"),
 ]
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("name, make_args, kwargs, error, message", BAD_INPUTS, ids=[b[-1] for b in BAD_INPUTS])
 def test_bad_inputs_get_clear_errors(kernel, name, make_args, kwargs, error, message):
-    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(error, match=re.escape(message)):
         getattr(kernel, name)(*make_args(), **kwargs)
 
 
@@ -99,6 +104,63 @@ def test_out_overlapping_its_input_is_refused(kernel):
     x = randn(4, 8)
     with pytest.raises(ValueError, match="overlaps"):
         kernel.gelu_and_mul(x[:, :4], x)
+
+
+def _every_function_on(kernel, make):
+    """Each public function on tensors from ``make(*shape)``, its result's shape and dtype; backward where differentiable."""
+    gate, up, x = make(3, 5, 20).requires_grad_(), make(3, 5, 20), make(3, 5, 40).requires_grad_()
+    weight, down_weight, bias = make(20, 8), make(8, 20).requires_grad_(), make(8)
+    results = {
+        "geglu": kernel.geglu(gate, up),
+        "geglu_concat": kernel.geglu_concat(x, approximate="none"),
+        "geglu_linear": kernel.geglu_linear(make(3, 8), weight, weight, make(20), None),
+        "geglu_down_proj": kernel.geglu_down_proj(gate, up, down_weight, bias),
+        "gelu_and_mul": kernel.gelu_and_mul(make(3, 5, 20), x.detach()),
+    }
+    (results["geglu"].sum() + results["geglu_concat"].sum() + results["geglu_down_proj"].sum()).backward()
+    grads = (gate.grad, x.grad, down_weight.grad)
+    return {name: (tuple(out.shape), out.dtype) for name, out in results.items()}, grads
+
+
+EXPECTED_SHAPES = {
+    "geglu": (3, 5, 20),
+    "geglu_concat": (3, 5, 20),
+    "geglu_linear": (3, 20),
+    "geglu_down_proj": (3, 5, 8),
+    "gelu_and_mul": (3, 5, 20),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_meta_tensors_go_through_the_ops(kernel, dtype):
+    """Shape propagation (torch.device("meta") model init): shapes and dtypes, forward and backward, no data."""
+    results, grads = _every_function_on(kernel, lambda *shape: torch.empty(shape, device="meta", dtype=dtype))
+    assert results == {name: (shape, dtype) for name, shape in EXPECTED_SHAPES.items()}
+    assert [g.shape for g in grads] == [(3, 5, 20), (3, 5, 40), (8, 20)] and all(g.is_meta for g in grads)
+
+
+def test_fake_tensor_mode_goes_through_the_ops(kernel, device):
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    with FakeTensorMode():
+        results, grads = _every_function_on(kernel, lambda *shape: torch.empty(shape, device=device, dtype=torch.bfloat16))
+    assert results == {name: (shape, torch.bfloat16) for name, shape in EXPECTED_SHAPES.items()}
+    assert all(isinstance(g, FakeTensor) for g in grads)
+
+
+@pytest.mark.parametrize("name, approximate", [("gelu_and_mul", "none"), ("gelu_tanh_and_mul", "tanh")])
+def test_activation_drop_ins_compile_fullgraph(kernel, device, name, approximate):
+    """The out= drop-ins under torch.compile(fullgraph=True): no data_ptr() read while tracing."""
+
+    def forward(x):
+        out = torch.empty(x.shape[:-1] + (x.shape[-1] // 2,), dtype=x.dtype, device=x.device)
+        return getattr(kernel, name)(out, x) * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(forward, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    x = randn(3, 2 * 24, device=device)
+    assert rel_error(compiled(x), 2 * geglu64(x[:, :24], x[:, 24:], approximate)) <= 1e-6
+    assert torch._dynamo.explain(forward)(x).graph_break_count == 0
 
 
 def _run_isolated(build_dir, code: str, prelude: str = "") -> str:
@@ -124,6 +186,12 @@ CHECK_AGAINST_EAGER = textwrap.dedent(
     (F.gelu(g2, approximate="tanh") * u2).sum().backward()
     assert torch.allclose(gate.grad.double(), g2.grad, rtol=1e-5, atol=1e-6)
     assert torch.allclose(up.grad.double(), u2.grad, rtol=1e-5, atol=1e-6)
+    # The MLP's training path (geglu_down_proj): bf16 gradients as eager's.
+    gate, up = (torch.randn(6, 40, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    weight = torch.randn(8, 40, dtype=torch.bfloat16, requires_grad=True)
+    grads = torch.autograd.grad(kernel.geglu_down_proj(gate, up, weight).sum(), (gate, up, weight))
+    eager_grads = torch.autograd.grad(F.linear(F.gelu(gate, approximate="tanh") * up, weight).sum(), (gate, up, weight))
+    assert all(torch.allclose(a, b, rtol=1e-2, atol=1e-2) for a, b in zip(grads, eager_grads))
     """
 )
 

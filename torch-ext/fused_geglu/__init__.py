@@ -7,17 +7,29 @@ Functions:
                                                gelu(x W_gate^T + b) * (x W_up^T + b), one GEMM for inference
     geglu_linear_concat(x, gate_up_weight, gate_up_bias=None, *, approximate="tanh")
                                                the same with a fused gate_up_proj weight
+    geglu_down_proj(gate, up, down_weight, down_bias=None, *, approximate="tanh")
+                                               F.linear(gelu(gate) * up, W_down, b_down), for training:
+                                               saves gate and up, not the GeGLU output
     gelu_and_mul(out, x)                       kernels-community/activation drop-ins
     gelu_tanh_and_mul(out, x)
 Layers (for ``kernels.kernelize``): layers.GeGLUMLP, layers.GeluAndMul, layers.GeluTanhAndMul.
 """
 
 from . import layers
-from .functional import geglu, geglu_concat, geglu_linear, geglu_linear_concat, gelu_and_mul, gelu_tanh_and_mul
+from .functional import (
+    geglu,
+    geglu_concat,
+    geglu_down_proj,
+    geglu_linear,
+    geglu_linear_concat,
+    gelu_and_mul,
+    gelu_tanh_and_mul,
+)
 
 __all__ = [
     "geglu",
     "geglu_concat",
+    "geglu_down_proj",
     "geglu_linear",
     "geglu_linear_concat",
     "gelu_and_mul",

@@ -105,12 +105,35 @@ def check_fused_gate_up(gate_up_weight, gate_up_bias) -> None:
             raise ValueError(f"gate_up_bias must have shape {expected}, got {tuple(gate_up_bias.shape)}")
 
 
+def check_down_proj(gate, up, down_weight, down_bias, approximate: str) -> None:
+    """gate and up as ``check_gate_up``; down_weight [hidden, intermediate] (nn.Linear's layout), bias [hidden] or None."""
+    check_gate_up(gate, up, approximate)
+    if gate.dim() == 0:
+        raise ValueError("gate must have at least one dimension: its last dimension is down_proj's input")
+    _check_tensor("down_weight", down_weight)
+    if down_weight.dim() != 2 or down_weight.shape[1] != gate.shape[-1]:
+        raise ValueError(
+            f"down_weight must be [hidden, {gate.shape[-1]}] (nn.Linear's layout, intermediate = gate's last "
+            f"dimension), got {tuple(down_weight.shape)}"
+        )
+    for name, tensor in (("down_weight", down_weight), ("down_bias", down_bias)):
+        if tensor is None:
+            continue
+        _check_tensor(name, tensor)
+        if name == "down_bias" and tensor.shape != down_weight.shape[:1]:
+            raise ValueError(f"down_bias must have shape ({down_weight.shape[0]},), got {tuple(tensor.shape)}")
+        if tensor.dtype != gate.dtype:
+            raise TypeError(f"{name} must have gate's dtype {gate.dtype}, got {tensor.dtype}")
+        if tensor.device != gate.device:
+            raise ValueError(f"{name} must be on gate's device {gate.device}, got {tensor.device}")
+
+
 def concat_output_shape(x: torch.Tensor) -> torch.Size:
     return x.shape[:-1] + (x.shape[-1] // 2,)
 
 
 def check_out(out: torch.Tensor, expected_shape: torch.Size, like: torch.Tensor) -> None:
-    """An ``out`` argument must match the result exactly: shape, dtype and device."""
+    """An ``out`` argument must match the result exactly (shape, dtype, device), each element its own memory."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     if out.shape != expected_shape:
@@ -119,6 +142,12 @@ def check_out(out: torch.Tensor, expected_shape: torch.Size, like: torch.Tensor)
         raise TypeError(f"out must have the input's dtype {like.dtype}, got {out.dtype}")
     if out.device != like.device:
         raise ValueError(f"out must be on the input's device {like.device}, got {out.device}")
+    for dim, (size, stride) in enumerate(zip(out.shape, out.stride())):
+        if stride == 0 and size > 1:
+            raise ValueError(
+                f"out has stride 0 in dimension {dim} (an expanded tensor): its elements share memory and cannot "
+                "each be written; pass a tensor with its own memory per element"
+            )
 
 
 def _byte_span(tensor: torch.Tensor) -> tuple[int, int]:
@@ -128,7 +157,10 @@ def _byte_span(tensor: torch.Tensor) -> tuple[int, int]:
 
 
 def check_no_overlap(out: torch.Tensor, x: torch.Tensor) -> None:
-    """``out`` must not share memory with the input it is computed from (that would be a race)."""
+    """``out`` must not share memory with the input it is computed from (that would be a race).
+
+    It reads data pointers, so it runs where the tensors have data: in the op's implementation.
+    """
     if out.numel() == 0 or x.numel() == 0:
         return
     out_start, out_end = _byte_span(out)

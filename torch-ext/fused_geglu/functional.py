@@ -1,8 +1,10 @@
 """The kernel's public functions: validated, differentiable entry points to the ops.
 
-Under torch.compile they call the registered ops (opaque to Dynamo, with fake
-and autograd registrations); in eager mode the same implementations directly
-(see the eager path in ops.py).
+Under torch.compile, and for tensors without data of their own (meta tensors,
+FakeTensorMode's fake tensors, other tensor subclasses), they call the
+registered ops, whose fake and autograd registrations handle them; for plain
+tensors in eager mode, the same implementations directly (see the eager path
+in ops.py).
 """
 
 from __future__ import annotations
@@ -15,13 +17,31 @@ import torch.nn.functional as F
 from . import ops
 from .checks import (
     check_concat,
+    check_down_proj,
     check_fused_gate_up,
     check_gate_up,
     check_linear,
-    check_no_overlap,
     check_out,
     concat_output_shape,
 )
+
+#: Tensors whose data the implementations may read directly, in eager mode.
+_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def _needs_registered_op(*tensors: Optional[torch.Tensor]) -> bool:
+    """Whether a call goes through the registered op rather than straight to the implementation.
+
+    Under torch.compile it must (Dynamo traces the op, opaque). So must meta
+    tensors and tensor subclasses (FakeTensor, DTensor): only the op's
+    dispatch gives them their fake implementation or their own handling.
+    """
+    if torch.compiler.is_compiling():
+        return True
+    for tensor in tensors:
+        if tensor is not None and (type(tensor) not in _PLAIN_TENSOR_TYPES or tensor.is_meta):
+            return True
+    return False
 
 
 def geglu(gate: torch.Tensor, up: torch.Tensor, *, approximate: str = "tanh") -> torch.Tensor:
@@ -38,7 +58,7 @@ def geglu(gate: torch.Tensor, up: torch.Tensor, *, approximate: str = "tanh") ->
         A new contiguous tensor of the shape of ``gate``.
     """
     check_gate_up(gate, up, approximate)
-    if torch.compiler.is_compiling():
+    if _needs_registered_op(gate, up):
         return ops.geglu(gate, up, approximate)
     if torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad):
         return ops.GeGLUFunction.apply(gate, up, approximate)
@@ -52,7 +72,7 @@ def geglu_concat(x: torch.Tensor, *, approximate: str = "tanh") -> torch.Tensor:
     ``x`` with its last dimension halved.
     """
     check_concat(x, approximate)
-    if torch.compiler.is_compiling():
+    if _needs_registered_op(x):
         return ops.geglu_concat(x, approximate)
     if torch.is_grad_enabled() and x.requires_grad:
         return ops.GeGLUConcatFunction.apply(x, approximate)
@@ -90,7 +110,7 @@ def geglu_linear(
     operands = (x, gate_weight, up_weight, gate_bias, up_bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands):
         return geglu(F.linear(x, gate_weight, gate_bias), F.linear(x, up_weight, up_bias), approximate=approximate)
-    if torch.compiler.is_compiling():
+    if _needs_registered_op(*operands):
         return ops.geglu_linear(*operands, approximate)
     return ops.geglu_linear_impl(*operands, approximate)
 
@@ -112,11 +132,43 @@ def geglu_linear_concat(
     return geglu_linear(x, gate_up_weight[:half], gate_up_weight[half:], gate_bias, up_bias, approximate=approximate)
 
 
+def geglu_down_proj(
+    gate: torch.Tensor,
+    up: torch.Tensor,
+    down_weight: torch.Tensor,
+    down_bias: Optional[torch.Tensor] = None,
+    *,
+    approximate: str = "tanh",
+) -> torch.Tensor:
+    """``F.linear(gelu(gate, approximate) * up, down_weight, down_bias)``: a GeGLU MLP after its projections.
+
+    For training: autograd keeps ``gate`` and ``up`` (and the weight), not the
+    GeGLU output ``h`` that ``down_proj``'s weight gradient needs; the backward
+    kernel recomputes ``h`` (bit for bit the forward's) in the same pass that
+    computes the gradients of gate and up. Eager keeps gate, gelu(gate), up
+    and h; this keeps two of the four.
+
+    Args:
+        gate, up: ``[..., intermediate]``, as in ``geglu``.
+        down_weight: ``[hidden, intermediate]``, as ``nn.Linear`` holds it; gate's dtype and device.
+        down_bias: ``[hidden]`` or None.
+
+    Returns:
+        ``[..., hidden]``.
+    """
+    check_down_proj(gate, up, down_weight, down_bias, approximate)
+    if _needs_registered_op(gate, up, down_weight, down_bias):
+        return ops.geglu_down_proj(gate, up, down_weight, down_bias, approximate)
+    operands = (gate, up, down_weight, down_bias)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands):
+        return ops.GeGLUDownProjFunction.apply(*operands, approximate)
+    return ops.geglu_down_proj_impl(*operands, approximate)
+
+
 def _gelu_and_mul_into(out: torch.Tensor, x: torch.Tensor, approximate: str) -> torch.Tensor:
     check_concat(x, approximate)
     check_out(out, concat_output_shape(x), x)
-    check_no_overlap(out, x)
-    if torch.compiler.is_compiling():
+    if _needs_registered_op(out, x):
         ops.geglu_concat_out(out, x, approximate)
     else:
         ops.geglu_concat_out_impl(out, x, approximate)

@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from .functional import geglu, geglu_concat, geglu_linear
+from .functional import geglu, geglu_concat, geglu_down_proj, geglu_linear
 
 # transformers (5.22+) finds the module it builds in place of a mapped Gemma MLP
 # as ``<layer>Layout`` next to the layer: see layouts.py.
@@ -45,7 +45,8 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
 
     The module's own ``act_fn`` decides (it is what the original forward
     computes). Modules without one (Liger's naming) are read from their
-    config's ``hidden_activation`` or ``hidden_act``.
+    config's ``hidden_activation`` or ``hidden_act``; an activation named
+    there that is not a GELU, or none at all, is None too.
     """
     act_fn = getattr(module, "act_fn", None)
     if act_fn is not None:
@@ -56,12 +57,7 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
         return None
     config = getattr(module, "config", None)
     name = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
-    if name is None or name not in _GELU_OF_ACTIVATION_NAME:
-        raise ValueError(
-            f"{type(module).__name__} has no act_fn and its config names activation {name!r}; "
-            f"GeGLUMLP can run only {sorted(_GELU_OF_ACTIVATION_NAME)} without an act_fn"
-        )
-    return _GELU_OF_ACTIVATION_NAME[name]
+    return _GELU_OF_ACTIVATION_NAME.get(name)
 
 
 def is_plain_linear(module: nn.Module) -> bool:
@@ -80,15 +76,20 @@ def is_plain_linear(module: nn.Module) -> bool:
 
 
 class GeGLUMLP(nn.Module):
-    """``down_proj(gelu(gate_proj(x)) * up_proj(x))`` with the GeGLU fused, and for inference the projections too.
+    """``down_proj(gelu(gate_proj(x)) * up_proj(x))`` with the GeGLU fused, and the projections where they can be.
 
     Replaces the forward of Gemma, Gemma2 and Gemma3 MLPs (and modules with
     Liger's ``LigerGEGLUMLP`` naming). The GELU form follows the module's
-    activation; any other activation runs the original, unfused function.
-    With plain ``nn.Linear`` projections, ``geglu_linear`` computes the
-    first half (one Triton GEMM for inference where it is faster); other
-    projections are called as they are and only the GeGLU is fused.
-    ``down_proj`` is always called as it is (cuBLAS).
+    activation; any other activation runs the module's own (class) forward,
+    unfused.
+
+    Training (a gradient to compute) with a plain ``nn.Linear`` ``down_proj``:
+    ``geglu_down_proj`` runs the GeGLU and ``down_proj`` as one autograd step
+    that keeps gate and up but not the GeGLU output (recomputed by the
+    backward kernel). Inference with plain ``nn.Linear`` gate and up
+    projections: ``geglu_linear`` computes the first half (one Triton GEMM
+    where it is faster). Projections that are not plain (quantized, LoRA,
+    hooked) are called as they are and only the GeGLU is fused.
     """
 
     has_backward = True
@@ -96,9 +97,11 @@ class GeGLUMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         approximate = gelu_approximation(self)
-        if approximate is None:
-            return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
-        gate_proj, up_proj = self.gate_proj, self.up_proj
+        if approximate is None:  # kernelize replaced the instance's forward: the class still has the original
+            return type(self).forward(self, x)
+        gate_proj, up_proj, down_proj = self.gate_proj, self.up_proj, self.down_proj
+        if torch.is_grad_enabled() and is_plain_linear(down_proj):
+            return geglu_down_proj(gate_proj(x), up_proj(x), down_proj.weight, down_proj.bias, approximate=approximate)
         if is_plain_linear(gate_proj) and is_plain_linear(up_proj):
             hidden = geglu_linear(
                 x, gate_proj.weight, up_proj.weight, gate_proj.bias, up_proj.bias, approximate=approximate

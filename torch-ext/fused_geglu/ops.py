@@ -20,6 +20,13 @@ call them under torch.compile and their implementations directly in eager mode):
   geglu_concat_out(out, x, approximate) -> None        writes into out
   geglu_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate) -> h
                                                        inference only, no autograd
+  geglu_down_proj(gate, up, down_weight, down_bias, approximate) -> y
+                                                       y = down_proj(geglu(gate, up)); saves gate
+                                                       and up, not the GeGLU output h
+  geglu_backward_with_output(grad_out, gate, up, approximate) -> (grad_gate, grad_up, out)
+                                                       the backward, writing out = geglu(gate, up)
+                                                       again in the same pass (for down_proj's
+                                                       weight gradient)
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import torch.nn.functional as F
 
 from . import torch_fallback
 from ._ops import add_op_namespace_prefix
-from .checks import concat_output_shape
+from .checks import check_no_overlap, concat_output_shape
 
 try:
     from . import triton_gemm_kernels, triton_kernels
@@ -95,13 +102,15 @@ def _forward_into(gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor, appro
         torch_fallback.forward_into(gate, up, out, approximate)
 
 
-def _backward_into(grad_out, gate, up, grad_gate, grad_up, approximate: str) -> None:
+def _backward_into(grad_out, gate, up, grad_gate, grad_up, approximate: str, out=None) -> None:
+    """Both gradients; with ``out``, the forward's result written again in the same pass."""
     if gate.numel() == 0:
         return
     if _runs_on_triton(gate):
-        triton_kernels.launch_backward(*_kernel_operands(grad_out, gate, up, grad_gate, grad_up), approximate)
+        tensors = (grad_out, gate, up, grad_gate, grad_up) + (() if out is None else (out,))
+        triton_kernels.launch_backward(*_kernel_operands(*tensors), approximate)
     else:
-        torch_fallback.backward_into(grad_out, gate, up, grad_gate, grad_up, approximate)
+        torch_fallback.backward_into(grad_out, gate, up, grad_gate, grad_up, approximate, out)
 
 
 def _new_output(like: torch.Tensor, shape=None) -> torch.Tensor:
@@ -129,6 +138,12 @@ def geglu_backward_impl(grad_out, gate, up, approximate: str) -> tuple[torch.Ten
     grad_gate, grad_up = _new_output(gate), _new_output(up)
     _backward_into(grad_out, gate, up, grad_gate, grad_up, approximate)
     return grad_gate, grad_up
+
+
+def geglu_backward_with_output_impl(grad_out, gate, up, approximate: str) -> tuple[torch.Tensor, ...]:
+    grad_gate, grad_up, out = _new_output(gate), _new_output(up), _new_output(gate)
+    _backward_into(grad_out, gate, up, grad_gate, grad_up, approximate, out)
+    return grad_gate, grad_up, out
 
 
 def geglu_concat_impl(x: torch.Tensor, approximate: str) -> torch.Tensor:
@@ -179,15 +194,49 @@ def geglu_linear_impl(
         return out
     x_rows = _fused_linear_operands(x, gate_weight, up_weight)
     if x_rows is not None:
+        # The kernel reads a bias as a unit-stride vector: copy one that is not (it is tiny next to the weights).
+        biases = [b if b is None or b.stride(0) == 1 else b.contiguous() for b in (gate_bias, up_bias)]
         triton_gemm_kernels.launch_geglu_linear(
-            x_rows, gate_weight, up_weight, gate_bias, up_bias, out.view(-1, out.shape[-1]), approximate
+            x_rows, gate_weight, up_weight, *biases, out.view(-1, out.shape[-1]), approximate
         )
     else:
         _forward_into(F.linear(x, gate_weight, gate_bias), F.linear(x, up_weight, up_bias), out, approximate)
     return out
 
 
+def geglu_down_proj_impl(gate, up, down_weight, down_bias, approximate: str) -> torch.Tensor:
+    """down_proj(geglu(gate, up)); the GeGLU output is freed as soon as the GEMM has read it."""
+    return F.linear(geglu_impl(gate, up, approximate), down_weight, down_bias)
+
+
+def geglu_down_proj_grads(grad_y, gate, up, down_weight, needs_grad, approximate: str, backward, backward_with_output):
+    """Gradients of (gate, up, down_weight, down_bias) of y = geglu(gate, up) @ down_weight^T + down_bias.
+
+    grad_h = grad_y @ down_weight, as down_proj's autograd computes it; then one
+    pass of the backward kernel gives grad_gate and grad_up and, when the weight
+    gradient is wanted, h (recomputed from gate and up, bit for bit the
+    forward's), for grad_down_weight = grad_y^T h. ``backward`` and
+    ``backward_with_output`` are the backward ops or their implementations.
+    """
+    needs_gate_up, needs_weight, needs_bias = needs_grad[0] or needs_grad[1], needs_grad[2], needs_grad[3]
+    grad_gate = grad_up = grad_weight = grad_bias = None
+    if needs_gate_up or needs_weight:
+        grad_h = grad_y.matmul(down_weight)
+        if needs_weight:
+            grad_gate, grad_up, h = backward_with_output(grad_h, gate, up, approximate)
+            del grad_h  # one [tokens, intermediate] tensor less while the weight gradient is computed
+            grad_weight = grad_y.reshape(-1, grad_y.shape[-1]).t().matmul(h.reshape(-1, h.shape[-1]))
+            if not needs_gate_up:
+                grad_gate = grad_up = None
+        else:
+            grad_gate, grad_up = backward(grad_h, gate, up, approximate)
+    if needs_bias:
+        grad_bias = grad_y.reshape(-1, grad_y.shape[-1]).sum(0)
+    return grad_gate, grad_up, grad_weight, grad_bias
+
+
 def geglu_concat_out_impl(out: torch.Tensor, x: torch.Tensor, approximate: str) -> None:
+    check_no_overlap(out, x)  # here, where the tensors have data (not in functional: fake under torch.compile)
     if _row_view(out) is not None:
         _forward_into(*_halves(x), out, approximate)
     else:  # a layout the kernels cannot write through: compute, then copy in
@@ -296,6 +345,47 @@ def _(x, gate_weight, up_weight, gate_bias, up_bias, approximate):
     return x.new_empty(x.shape[:-1] + (gate_weight.shape[0],))
 
 
+@torch.library.custom_op(add_op_namespace_prefix("geglu_backward_with_output"), mutates_args=())
+def geglu_backward_with_output(
+    grad_out: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, approximate: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return geglu_backward_with_output_impl(grad_out, gate, up, approximate)
+
+
+@geglu_backward_with_output.register_fake
+def _(grad_out, gate, up, approximate):
+    return gate.new_empty(gate.shape), up.new_empty(up.shape), gate.new_empty(gate.shape)
+
+
+@torch.library.custom_op(add_op_namespace_prefix("geglu_down_proj"), mutates_args=())
+def geglu_down_proj(
+    gate: torch.Tensor, up: torch.Tensor, down_weight: torch.Tensor, down_bias: Optional[torch.Tensor], approximate: str
+) -> torch.Tensor:
+    return geglu_down_proj_impl(gate, up, down_weight, down_bias, approximate)
+
+
+@geglu_down_proj.register_fake
+def _(gate, up, down_weight, down_bias, approximate):
+    return gate.new_empty(gate.shape[:-1] + (down_weight.shape[0],))
+
+
+def _geglu_down_proj_setup_context(ctx, inputs, output):
+    gate, up, down_weight, _, approximate = inputs
+    ctx.save_for_backward(gate, up, down_weight)
+    ctx.approximate = approximate
+
+
+def _geglu_down_proj_autograd(ctx, grad_y):
+    gate, up, down_weight = ctx.saved_tensors
+    grads = geglu_down_proj_grads(
+        grad_y, gate, up, down_weight, ctx.needs_input_grad, ctx.approximate, geglu_backward, geglu_backward_with_output
+    )
+    return (*grads, None)
+
+
+geglu_down_proj.register_autograd(_geglu_down_proj_autograd, setup_context=_geglu_down_proj_setup_context)
+
+
 # --- the eager path ------------------------------------------------------------
 # A registered op costs tens of microseconds of Python per call in eager mode
 # (dispatcher round trips, its autograd wrapper, Dynamo's disable guard): more
@@ -328,3 +418,26 @@ class GeGLUConcatFunction(torch.autograd.Function):
     def backward(ctx, grad_out):
         (x,) = ctx.saved_tensors
         return geglu_concat_backward_impl(grad_out, x, ctx.approximate), None
+
+
+class GeGLUDownProjFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, up, down_weight, down_bias, approximate):
+        ctx.save_for_backward(gate, up, down_weight)
+        ctx.approximate = approximate
+        return geglu_down_proj_impl(gate, up, down_weight, down_bias, approximate)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        gate, up, down_weight = ctx.saved_tensors
+        grads = geglu_down_proj_grads(
+            grad_y,
+            gate,
+            up,
+            down_weight,
+            ctx.needs_input_grad,
+            ctx.approximate,
+            geglu_backward_impl,
+            geglu_backward_with_output_impl,
+        )
+        return (*grads, None)

@@ -16,11 +16,11 @@ exact ("none"):  gelu(x)  = x * Phi(x),   Phi(x) = (1 + erf(x / sqrt(2))) / 2
                  gelu'(x) = Phi(x) + x * phi(x),   phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
 
 tanh:            gelu(x)  = x * (1 + tanh(z)) / 2,   z = sqrt(2 / pi) * (x + 0.044715 x^3)
+                 gelu'(x) = (1 + tanh(z)) / 2 + (x / 2) (1 - tanh(z)^2) dz/dx,
+                 dz/dx = sqrt(2 / pi) * (1 + 3 * 0.044715 x^2).
                  tanh(z) = 2 sigmoid(2 z) - 1 needs only ``exp`` (``libdevice.tanh``
-                 does not run under TRITON_INTERPRET=1). With s = sigmoid(2 z),
-                 (1 + tanh(z)) / 2 = s, so gelu(x) = x s and
-                 gelu'(x) = s + x * s * (1 - s) * 2 * sqrt(2 / pi) * (1 + 3 * 0.044715 x^2);
-                 the backward uses that form (no cancellation where 1 + tanh(z) is tiny).
+                 does not run under TRITON_INTERPRET=1). Both directions evaluate
+                 these expressions as eager PyTorch's kernels do, term by term.
 
 Rounding points
 ---------------
@@ -28,8 +28,22 @@ Eager PyTorch evaluates ``F.gelu(gate) * up`` as two kernels: the GELU result is
 rounded to the input dtype, then the product is rounded again. The forward
 kernel rounds at the same two points, so bf16/fp16 results match eager bit for
 bit except where the fp32 GELU itself differs in its last bit (rare, and then
-by one ulp). The backward keeps both gradients in fp32 until the final store,
-which is at least as accurate as eager autograd's three roundings.
+by one ulp).
+
+The backward rounds where eager autograd rounds. Autograd of that expression
+runs MulBackward (two multiplies in the dtype) then GeluBackward (one
+``gelu_backward`` kernel, fp32 inside, rounded once):
+
+    grad_up   = rnd(grad_out * rnd(gelu(gate)))    the GELU as the forward saved it
+    grad_act  = rnd(grad_out * up)                 MulBackward's other product
+    grad_gate = rnd(grad_act * gelu'(gate))        GeluBackward
+
+so bf16/fp16 gradients track eager's as closely as the forward does (fp32:
+every ``rnd`` is exact, and the gradients are fp32 math throughout). The
+backward kernel can also write the forward's result ``rnd(rnd(gelu(gate)) * up)``
+again, from the rounded GELU it already holds: the MLP's training path keeps
+gate and up but not that product, and gets it back in the same pass for
+``down_proj``'s weight gradient, bit for bit what the forward produced.
 """
 
 from __future__ import annotations
@@ -90,16 +104,24 @@ def _gelu(x, APPROXIMATE_TANH: tl.constexpr):
 
 @triton.jit
 def _gelu_and_derivative(x, APPROXIMATE_TANH: tl.constexpr):
-    """(gelu(x), gelu'(x)) in fp32, sharing the sigmoid / erf between the two."""
+    """(gelu(x), gelu'(x)) in fp32, sharing the tanh / erf between the two.
+
+    Both follow eager's expressions term by term (gelu as ``_gelu`` does, gelu'
+    as ATen's ``gelu_backward``), so that the backward rounds to eager's values
+    wherever the fp32 tanh / erf agree, and otherwise differs by an ulp.
+    """
     if APPROXIMATE_TANH:
-        z = SQRT_2_OVER_PI * (x + TANH_CUBIC_COEFF * (x * x * x))
-        s = tl.sigmoid(2.0 * z)
-        dz_dx = SQRT_2_OVER_PI * (1.0 + 3.0 * TANH_CUBIC_COEFF * x * x)
-        return x * s, s + x * s * (1.0 - s) * 2.0 * dz_dx
+        x_sq = x * x
+        z = SQRT_2_OVER_PI * (x + TANH_CUBIC_COEFF * (x_sq * x))
+        tanh_z = 2.0 * tl.sigmoid(2.0 * z) - 1.0
+        left = 0.5 * x
+        one_plus_tanh = 1.0 + tanh_z
+        dz_dx = SQRT_2_OVER_PI * (1.0 + 3.0 * TANH_CUBIC_COEFF * x_sq)
+        return left * one_plus_tanh, 0.5 * one_plus_tanh + left * (1.0 - tanh_z * tanh_z) * dz_dx
     else:
-        cdf = 0.5 * (1.0 + tl.math.erf(x * INV_SQRT_2))
+        one_plus_erf = 1.0 + tl.math.erf(x * INV_SQRT_2)
         pdf = INV_SQRT_2PI * tl.exp(-0.5 * x * x)
-        return x * cdf, cdf + x * pdf
+        return 0.5 * x * one_plus_erf, 0.5 * one_plus_erf + x * pdf
 
 
 @triton.jit
@@ -180,6 +202,7 @@ def geglu_backward_kernel(
     up_ptr,
     grad_gate_ptr,
     grad_up_ptr,
+    out_ptr,
     n_rows,
     n_cols,
     grad_out_row_stride,
@@ -187,32 +210,39 @@ def geglu_backward_kernel(
     up_row_stride,
     grad_gate_row_stride,
     grad_up_row_stride,
+    out_row_stride,
     APPROXIMATE_TANH: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     INT64_OFFSETS: tl.constexpr,
     INTERPRETED: tl.constexpr,
+    STORE_OUTPUT: tl.constexpr,
 ):
-    """Both gradients of out = gelu(gate) * up in one pass over one tile.
+    """Both gradients of out = gelu(gate) * up in one pass over one tile, and with STORE_OUTPUT out itself.
 
     grad_up   = grad_out * gelu(gate)
-    grad_gate = grad_out * up * gelu'(gate)
-    Each is rounded once, at the store.
+    grad_gate = (grad_out * up) * gelu'(gate)
+    rounded at eager autograd's points (module docstring, "Rounding points").
     """
     rows, cols, mask = _tile(n_rows, n_cols, BLOCK_M, BLOCK_N, INT64_OFFSETS)
     grad_out = tl.load(grad_out_ptr + rows * grad_out_row_stride + cols, mask=mask).to(tl.float32)
     gate = tl.load(gate_ptr + rows * gate_row_stride + cols, mask=mask).to(tl.float32)
     up = tl.load(up_ptr + rows * up_row_stride + cols, mask=mask).to(tl.float32)
+    dtype = grad_gate_ptr.dtype.element_ty
 
+    # The GELU as the forward rounded it (eager saves that tensor for MulBackward).
     activated, slope = _gelu_and_derivative(gate, APPROXIMATE_TANH)
-    grad_up = grad_out * activated
-    grad_gate = grad_out * up * slope
-
-    grad_dtype = grad_gate_ptr.dtype.element_ty
-    grad_up = round_to(grad_up, grad_dtype, INTERPRETED)
-    grad_gate = round_to(grad_gate, grad_dtype, INTERPRETED)
+    activated = round_to(activated, dtype, INTERPRETED).to(tl.float32)
+    # MulBackward: two products, each rounded to the dtype.
+    grad_up = round_to(grad_out * activated, dtype, INTERPRETED)
+    grad_activated = round_to(grad_out * up, dtype, INTERPRETED).to(tl.float32)
+    # GeluBackward: the rounded incoming gradient times gelu', rounded once.
+    grad_gate = round_to(grad_activated * slope, dtype, INTERPRETED)
     tl.store(grad_up_ptr + rows * grad_up_row_stride + cols, grad_up, mask=mask)
     tl.store(grad_gate_ptr + rows * grad_gate_row_stride + cols, grad_gate, mask=mask)
+    if STORE_OUTPUT:  # the forward's product again, rounded as geglu_rounded_like_eager rounds it
+        out = round_to(activated * up, dtype, INTERPRETED)
+        tl.store(out_ptr + rows * out_row_stride + cols, out, mask=mask)
 
 
 @dataclass(frozen=True)
@@ -278,9 +308,27 @@ def launch_forward(
     _launch_forward_kernel(grid, tensors, (n_rows, n_cols, *row_strides), options)
 
 
+@functools.lru_cache(maxsize=4096)
+def _backward_plan(
+    n_rows: int, n_cols: int, max_row_stride: int, element_size: int, approximate: str, store_output: bool
+) -> tuple[tuple[int], LaunchOptions]:
+    """``launch_plan`` with the backward kernel's last constexpr, STORE_OUTPUT (cached: one lookup per call)."""
+    grid, options = launch_plan(n_rows, n_cols, max_row_stride, element_size, approximate)
+    constexprs = (*options.constexprs, ("STORE_OUTPUT", store_output))
+    return grid, LaunchOptions(constexprs=constexprs, num_warps=options.num_warps, num_stages=options.num_stages)
+
+
 def launch_backward(
     tensors: tuple[torch.Tensor, ...], n_rows: int, n_cols: int, row_strides: tuple[int, ...], approximate: str
 ) -> None:
-    """The backward kernel on (grad_out, gate, up, grad_gate, grad_up), read as in ``launch_forward``."""
-    grid, options = launch_plan(n_rows, n_cols, max(row_strides), tensors[0].element_size(), approximate)
+    """The backward kernel on (grad_out, gate, up, grad_gate, grad_up[, out]), read as in ``launch_forward``.
+
+    With a sixth tensor the kernel also writes the forward's result into it.
+    """
+    store_output = len(tensors) == 6
+    if not store_output:  # the kernel never writes out_ptr: pass grad_up in its place
+        tensors, row_strides = (*tensors, tensors[4]), (*row_strides, row_strides[4])
+    grid, options = _backward_plan(
+        n_rows, n_cols, max(row_strides), tensors[0].element_size(), approximate, store_output
+    )
     _launch_backward_kernel(grid, tensors, (n_rows, n_cols, *row_strides), options)
