@@ -9,6 +9,7 @@ one table per workload and dtype with every cell, then the failures.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -57,18 +58,22 @@ def host_line(name: str, record: dict) -> str:
         return f"{name}: {record['status']}: {record['reason']}"
     if name == "call_overhead":
         parts = [
-            f"{impl} {r['host_loop_us']:.1f} µs"
-            + (f" (graph {r['graph_replay_us']:.1f})" if "graph_replay_us" in r else "")
-            if r["status"] == "ok"
-            else f"{impl} {r['status']}"
+            (
+                f"{impl} {r['host_loop_us']:.1f} µs"
+                + (f" (graph {r['graph_replay_us']:.1f})" if "graph_replay_us" in r else "")
+                if r["status"] == "ok"
+                else f"{impl} {r['status']}"
+            )
             for impl, r in record["results"].items()
         ]
         return "call overhead per call: " + ", ".join(parts)
     if name == "recompilations":
         parts = [
-            f"{r['description']}: {r['graphs_compiled']} graphs, {r['total_s']:.1f} s"
-            if r["status"] == "ok"
-            else f"{r['description']}: failed"
+            (
+                f"{r['description']}: {r['graphs_compiled']} graphs, {r['total_s']:.1f} s"
+                if r["status"] == "ok"
+                else f"{r['description']}: failed"
+            )
             for r in record["results"].values()
         ]
         return f"over {len(record['token_counts'])} token counts: " + "; ".join(parts)
@@ -323,6 +328,10 @@ def full_markdown(results: dict) -> str:
         detail = f.get("reason") or f"relative errors {f.get('rel_errors')}"
         lines.append(f"- {f['kind']}: {f['where']} / {f['implementation']}: {detail}")
     return "\n".join(lines) + "\n"
+
+
+def write_json(path: Path, results: dict) -> None:
+    path.write_text(json.dumps(results, indent=1, allow_nan=True) + "\n", encoding="utf-8")
 
 
 def write_all(results: dict, out_dir: Path) -> list[Path]:
