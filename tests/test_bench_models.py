@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from geglu_triton import bench, bench_models
-from geglu_triton.benchmarking import model_grid, model_implementations
+from geglu_triton.benchmarking import model_grid, model_implementations, model_report
 from geglu_triton.benchmarking.implementations import COMPILE, EAGER, LIGER, OURS
 
 pytest.importorskip("transformers")
@@ -113,6 +113,14 @@ def test_a_wrong_mlp_is_reported_as_differing(results):
     logits = record["prefill"]["results"][BROKEN]["logits_vs_eager"]
     assert not logits["within_tolerance"] and logits["rel_error"] > logits["tolerance"]
     assert "tokens_vs_eager" in record["decode"]["results"][BROKEN]
+
+
+def test_runs_merge_into_one_table(results):
+    again = json.loads(json.dumps(results))
+    assert model_report.merged([results, again])["models"] == results["models"]
+    again["plan"]["new_tokens"] += 1
+    with pytest.raises(ValueError, match="new_tokens"):
+        model_report.merged([results, again])
 
 
 def test_sizes_are_gemma3s_text_decoders():

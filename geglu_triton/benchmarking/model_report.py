@@ -19,6 +19,16 @@ from .report import md_cell
 #: The MLP token counts the README table shows (GPU time): decode, and a long prefill.
 README_MLP_TOKENS = (1, 16, 4096)
 GIB = 2**30
+#: What runs must share to go in one table (the plan's sizes, layers and time budget may differ).
+MEASURED_PLAN_KEYS = (
+    "mlp_tokens",
+    "prefill_tokens",
+    "prompt_tokens",
+    "new_tokens",
+    "training_batch",
+    "training_sequence",
+    "training_vocab",
+)
 
 
 def _number(value, digits: int = 1) -> str:
@@ -120,6 +130,34 @@ def readme_table_markdown(results: dict) -> str:
     training_notes = {(r.get("training") or {}).get("note") for r in results["models"]} - {None}
     lines += ["", *(f"- {note}" for note in [*notes, *sorted(training_notes)])]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def merged(runs: list[dict]) -> dict:
+    """Several ``models.json`` as one, for one README table: a later run's size replaces an earlier one's.
+
+    The first run gives the header (device, date, plan); the others must be
+    of the same device, and measure the same things (the plan's sizes, layers
+    and budget may differ), or the table would mix what it states.
+    """
+    base = {**runs[0], "models": [], "differences": []}
+    by_size: dict[str, tuple[dict, list[dict]]] = {}
+    for run in runs:
+        for key in ("dtype", "implementations"):
+            if run[key] != base[key]:
+                raise ValueError(f"runs differ in {key}: one table would mix them")
+        for key in MEASURED_PLAN_KEYS:
+            if run["plan"][key] != base["plan"][key]:
+                raise ValueError(f"runs differ in the plan's {key}: one table would mix them")
+        if run["meta"]["device_name"] != base["meta"]["device_name"]:
+            raise ValueError(f"runs on {run['meta']['device_name']} and {base['meta']['device_name']}: not one table")
+        for record in run["models"]:
+            if "config" in record or record["size"] not in by_size:  # a measured record wins over a skipped one
+                mine = [d for d in run["differences"] if d["where"].split()[0] == record["size"]]
+                by_size[record["size"]] = (record, mine)
+    for record, differing in by_size.values():
+        base["models"].append(record)
+        base["differences"].extend(differing)
+    return base
 
 
 def differences_markdown(results: dict) -> str:

@@ -56,8 +56,8 @@ def _median_us(seconds: list[float], per: int = 1) -> float:
     return statistics.median(seconds) / per * 1e6
 
 
-def _wall_rounds(ctx: ModelContext, forwards: ModelForwards, fn: Callable, prepare: Callable, measure) -> dict:
-    """``measure(fn)`` for each implementation, in ctx.plan.rounds rounds taken in turns; every sample kept."""
+def _in_turns(ctx: ModelContext, forwards: ModelForwards, fn: Callable, prepare: Callable, measure) -> dict:
+    """``measure(fn)`` (host or wall seconds) for each implementation, ctx.plan.rounds rounds taken in turns."""
     samples: dict[str, list[float]] = {name: [] for name in forwards.available}
     with garbage_collector_paused():
         for _ in range(ctx.plan.rounds):
@@ -68,8 +68,10 @@ def _wall_rounds(ctx: ModelContext, forwards: ModelForwards, fn: Callable, prepa
     return samples
 
 
-def _device_timings(ctx: ModelContext, forwards: ModelForwards, fn: Callable, prepare: Callable) -> dict:
-    """Median device seconds of ``fn`` per implementation, by the Timer, repetitions in alternating rounds."""
+def _device_timings(
+    ctx: ModelContext, forwards: ModelForwards, fn: Callable, prepare: Callable, names: tuple[str, ...] = ()
+) -> dict:
+    """Median device seconds of ``fn`` per implementation (or of ``names``), by the Timer, in alternating rounds."""
 
     def prepared_for(name: str) -> Callable[[], None]:
         def switch_and_refresh() -> None:
@@ -78,7 +80,7 @@ def _device_timings(ctx: ModelContext, forwards: ModelForwards, fn: Callable, pr
 
         return switch_and_refresh
 
-    calls = {name: (fn, prepared_for(name)) for name in forwards.available}
+    calls = {name: (fn, prepared_for(name)) for name in names or forwards.available}
     timings = ctx.timer.timings_interleaved(calls, rounds=ctx.plan.rounds)
     return {name: timing.median_s for name, timing in timings.items()}
 
@@ -154,11 +156,11 @@ def _mlp_cell(ctx: ModelContext, forwards: ModelForwards, hidden: int, tokens: i
         del graphs, replays
         spun = [name for name in forwards.available if name not in device_s]
         if spun:
-            device_s.update(_device_timings(ctx, _only(forwards, spun), every_layer, refresh))
+            device_s.update(_device_timings(ctx, forwards, every_layer, refresh, tuple(spun)))
     else:
         device_s = _device_timings(ctx, forwards, every_layer, refresh)
-    host = _wall_rounds(ctx, forwards, every_layer, refresh, ctx.timer.host_s)
-    wall = _wall_rounds(ctx, forwards, every_layer, refresh, ctx.timer.wall_s)
+    host = _in_turns(ctx, forwards, every_layer, refresh, ctx.timer.host_s)
+    wall = _in_turns(ctx, forwards, every_layer, refresh, ctx.timer.wall_s)
     for name in forwards.available:
         results[name].update(
             device_us=device_s[name] / layers * 1e6,
@@ -166,16 +168,6 @@ def _mlp_cell(ctx: ModelContext, forwards: ModelForwards, hidden: int, tokens: i
             wall_us=_median_us(wall[name], layers),
         )
     return {"tokens": tokens, "results": results}
-
-
-class _only:
-    """A view of ``forwards`` restricted to some implementations (for timing a subset)."""
-
-    def __init__(self, forwards: ModelForwards, names: list[str]) -> None:
-        self._forwards, self.available = forwards, tuple(names)
-
-    def use(self, name: str) -> None:
-        self._forwards.use(name)
 
 
 def mlp_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Callable[[str], None]) -> dict:
@@ -250,7 +242,7 @@ def prefill_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Ca
                     }
             del logits, expected
             device_s = _device_timings(ctx, forwards, forward, refresh)
-            wall = _wall_rounds(ctx, forwards, forward, refresh, ctx.timer.wall_s)
+            wall = _in_turns(ctx, forwards, forward, refresh, ctx.timer.wall_s)
             layers = len(forwards.mlps)
             for name in forwards.available:
                 results[name].update(
@@ -336,7 +328,7 @@ def decode_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Cal
                     expected = generated
                 elif expected is not None:
                     results[name]["tokens_vs_eager"] = _compare_tokens(generated, expected)
-            generate_wall = _wall_rounds(
+            generate_wall = _in_turns(
                 ctx, forwards, lambda: _generate(model, prompt, plan.new_tokens), refresh, ctx.timer.wall_s
             )
             loop_wall: dict[str, list[float]] = {name: [] for name in forwards.available}
@@ -460,7 +452,7 @@ def training_part(ctx: ModelContext, model, forwards: ModelForwards, progress: C
             results[name]["peak_bytes_above_weights"] = peak_memory_of_call(device, step)[1]
         model.zero_grad(set_to_none=True)
         device_s = _device_timings(ctx, forwards, step, refresh)
-        wall = _wall_rounds(ctx, forwards, step, refresh, ctx.timer.wall_s)
+        wall = _in_turns(ctx, forwards, step, refresh, ctx.timer.wall_s)
         for name in forwards.available:
             results[name].update(device_ms=device_s[name] * 1e3, wall_ms=statistics.median(wall[name]) * 1e3)
     except Exception as err:
