@@ -18,7 +18,7 @@ what it measured), ``models.md`` (every table, then where results differ from
 eager's), ``readme_table.md`` (the model-level table for the README) and
 ``models.png`` into ``--out`` (default: a directory under the system's
 temporary directory, never the source tree). ``--time-budget-s`` skips what
-remains past it; the default plan fits in about seven minutes on an H200.
+remains past it; the default plan fits in about six minutes on an H200.
 Without a GPU, a tiny config runs the same code in seconds (a smoke test).
 """
 
