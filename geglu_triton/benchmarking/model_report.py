@@ -191,6 +191,7 @@ def differences_markdown(results: dict) -> str:
 
 
 def _part_table(results: dict, record: dict, part: str, columns: tuple[tuple[str, str, int], ...]) -> list[str]:
+    """One row per implementation; ``columns``: (key, title, digits); a key's figure in bytes is shown in GiB."""
     measured = _results(record, part)
     if not measured:
         entry = record.get(part) or {}
@@ -204,7 +205,12 @@ def _part_table(results: dict, record: dict, part: str, columns: tuple[tuple[str
                 f"| {md_cell(results['implementations'].get(name, name))} | {status} |" + " |" * (len(columns) - 1)
             )
             continue
-        cells = [_number(r.get(key), digits) for key, _, digits in columns]
+        cells = [
+            _number(
+                r[key] / GIB if key.endswith("_bytes_above_weights") and r.get(key) is not None else r.get(key), digits
+            )
+            for key, _, digits in columns
+        ]
         rows.append(f"| {md_cell(results['implementations'].get(name, name))} | " + " | ".join(cells) + " |")
     return [*rows, ""]
 
@@ -255,7 +261,7 @@ def full_markdown(results: dict) -> str:
         if "config" not in record:
             lines += [md_cell(record.get("skipped") or record.get("failed")), ""]
             continue
-        lines += [f"Config: {record['config']}.", ""]
+        lines += ["Config: " + ", ".join(f"{key} {value}" for key, value in record["config"].items()) + ".", ""]
         if record.get("per_layer_note"):
             lines += [record["per_layer_note"] + ".", ""]
         mlp = record.get("mlp") or {}
@@ -295,7 +301,7 @@ def full_markdown(results: dict) -> str:
                 (
                     ("device_ms", "GPU ms", 1),
                     ("wall_ms", "wall ms", 1),
-                    ("peak_bytes_above_weights", "peak bytes above weights", 0),
+                    ("peak_bytes_above_weights", "peak GiB above weights", 2),
                 ),
             )
     lines += [f"Timer: {meta['timer']}.", ""]
