@@ -99,11 +99,16 @@ def test_every_part_measured_for_every_implementation(results):
 def test_ours_and_compile_match_eager(results):
     [record] = results["models"]
     assert record["implementations"][OURS]["status"] == "ok"
-    assert [d for d in results["differences"] if d["implementation"] != BROKEN] == []
-    ours = record["decode"]["results"][OURS]["tokens_vs_eager"]
-    assert ours == {"identical": True, "first_difference": None, "differing_tokens": 0}
+    numeric = {"output", "logits", "gradients"}
+    assert [d for d in results["differences"] if d["implementation"] != BROKEN and d["check"] in numeric] == []
     assert record["prefill"]["results"][OURS]["logits_vs_eager"]["rel_error"] < results["tolerances"]["logits"]
     assert results["failures"] == []
+    if results["meta"]["device"] == "cpu":
+        # Here every implementation rounds as eager does, so greedy tokens agree exactly. On a GPU a
+        # near-tie may flip a token (other kernels, other rounding): the benchmark reports it, as it should.
+        assert [d for d in results["differences"] if d["implementation"] != BROKEN] == []
+        ours = record["decode"]["results"][OURS]["tokens_vs_eager"]
+        assert ours == {"identical": True, "first_difference": None, "differing_tokens": 0}
 
 
 def test_a_wrong_mlp_is_reported_as_differing(results):

@@ -295,13 +295,18 @@ def _static_decode(model, prompt: torch.Tensor, new_tokens: int, device: torch.d
 
 
 def _generate(model, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    """HF ``generate``, greedy, exactly ``new_tokens`` new tokens (end-of-sequence suppressed)."""
+    """HF ``generate``, greedy, exactly ``new_tokens`` new tokens (end-of-sequence suppressed).
+
+    ``disable_compile``: generate compiles the whole forward on its own where
+    its cache allows; the figure is of generate as the model runs, not compiled.
+    """
     out = model.generate(
         prompt,
         attention_mask=torch.ones_like(prompt),
         max_new_tokens=new_tokens,
         min_new_tokens=new_tokens,
         do_sample=False,
+        disable_compile=True,
     )
     return out[:, prompt.shape[1] :]
 
