@@ -169,6 +169,12 @@ def plan_for(
     return replace(plan, **changes)
 
 
+def in_size_order(models: list[dict]) -> list[dict]:
+    """Result records (with a ``size``) from the smallest Gemma3 to the largest, whatever order they ran in."""
+    order = list(GEMMA3_SIZES)
+    return sorted(models, key=lambda record: order.index(record["size"]))
+
+
 def gemma3_config(size: Gemma3Size, layers: int, vocab: Optional[int] = None):
     """transformers' ``Gemma3TextConfig`` of ``size`` with ``layers`` layers (and another vocabulary if given)."""
     from transformers import Gemma3TextConfig

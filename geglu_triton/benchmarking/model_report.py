@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .implementations import EAGER
-from .model_grid import GEMMA3_SIZES
+from .model_grid import in_size_order
 from .report import md_cell
 
 #: The MLP token counts the README table shows (GPU time): decode, and a long prefill.
@@ -60,12 +60,6 @@ def _peak_text(training: dict, name: str) -> str:
     return f"{peak / GIB:.2f}" + (f" ({peak / eager:.2f}× eager's)" if eager and name != EAGER else "")
 
 
-def _in_size_order(models: list[dict]) -> list[dict]:
-    """Records from the smallest Gemma3 to the largest, whatever order they ran in."""
-    order = list(GEMMA3_SIZES)
-    return sorted(models, key=lambda record: order.index(record["size"]))
-
-
 def _results(record: dict, part: str) -> dict:
     return (record.get(part) or {}).get("results", {})
 
@@ -108,7 +102,7 @@ def readme_table_markdown(results: dict) -> str:
         "decode tok/s (generate / static) | training ms | training peak GiB | matches eager |",
         "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | --- |",
     ]
-    for record in _in_size_order(results["models"]):
+    for record in in_size_order(results["models"]):
         size = record["size"]
         if "config" not in record:  # skipped or failed before its model was built
             reason = record.get("skipped") or record.get("failed")
@@ -256,7 +250,7 @@ def full_markdown(results: dict) -> str:
     if not meta["complete"]:
         lines += ["**The run did not complete: these are partial results.**", ""]
     lines += ["## Model-level table", "", readme_table_markdown(results), differences_markdown(results)]
-    for record in _in_size_order(results["models"]):
+    for record in in_size_order(results["models"]):
         lines += [f"## Gemma3 {record['size']}", ""]
         if "config" not in record:
             lines += [md_cell(record.get("skipped") or record.get("failed")), ""]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .grid import ACTIVATION_FORWARD, ACTIVATION_FORWARD_BACKWARD, MLP_FORWARD, MLP_FORWARD_BACKWARD
 from .implementations import ACTIVATION_IMPLEMENTATIONS, BASELINES, LABELS, MLP_IMPLEMENTATIONS, OURS
+from .model_grid import in_size_order
 
 ACTIVATION_WORKLOADS = (ACTIVATION_FORWARD, ACTIVATION_FORWARD_BACKWARD)
 MLP_WORKLOADS = (MLP_FORWARD, MLP_FORWARD_BACKWARD)
@@ -298,7 +299,7 @@ def _model_mlp_panel(ax, record: dict) -> None:
 def _model_speed_panel(ax, results: dict) -> None:
     """Each implementation's speed relative to eager's, per size and figure (>1: faster than eager)."""
     groups, ratios = [], {}
-    for record in results["models"]:
+    for record in in_size_order(results["models"]):
         for part, key, label, larger_is_faster in MODEL_SPEED_FIGURES:
             measured = (record.get(part) or {}).get("results", {})
             eager = measured.get("eager", {}).get(key)
@@ -325,7 +326,7 @@ def _model_speed_panel(ax, results: dict) -> None:
 
 
 def _models(plt, results: dict, out_dir: Path) -> Path | None:
-    with_mlp = [r for r in results["models"] if "cells" in (r.get("mlp") or {})]
+    with_mlp = [r for r in in_size_order(results["models"]) if "cells" in (r.get("mlp") or {})]
     if not results["models"]:
         return None
     columns = max(len(with_mlp), 1)

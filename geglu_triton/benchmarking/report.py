@@ -58,22 +58,18 @@ def host_line(name: str, record: dict) -> str:
         return f"{name}: {record['status']}: {record['reason']}"
     if name == "call_overhead":
         parts = [
-            (
-                f"{impl} {r['host_loop_us']:.1f} µs"
-                + (f" (graph {r['graph_replay_us']:.1f})" if "graph_replay_us" in r else "")
-                if r["status"] == "ok"
-                else f"{impl} {r['status']}"
-            )
+            f"{impl} {r['host_loop_us']:.1f} µs"
+            + (f" (graph {r['graph_replay_us']:.1f})" if "graph_replay_us" in r else "")
+            if r["status"] == "ok"
+            else f"{impl} {r['status']}"
             for impl, r in record["results"].items()
         ]
         return "call overhead per call: " + ", ".join(parts)
     if name == "recompilations":
         parts = [
-            (
-                f"{r['description']}: {r['graphs_compiled']} graphs, {r['total_s']:.1f} s"
-                if r["status"] == "ok"
-                else f"{r['description']}: failed"
-            )
+            f"{r['description']}: {r['graphs_compiled']} graphs, {r['total_s']:.1f} s"
+            if r["status"] == "ok"
+            else f"{r['description']}: failed"
             for r in record["results"].values()
         ]
         return f"over {len(record['token_counts'])} token counts: " + "; ".join(parts)
