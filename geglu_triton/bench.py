@@ -190,6 +190,9 @@ def _run_plan(
 def run(args: argparse.Namespace) -> int:
     if args.models is not None:
         return bench_models.run(args)
+    if args.model_parts or args.model_layers is not None:
+        _print("bench: --model-parts and --model-layers apply to whole models: add --models")
+        return 2
     device = environment.benchmark_device()
     grid = _grid_from(args, device)
     out_dir = args.out or environment.default_results_dir(device)

@@ -32,7 +32,7 @@ from pathlib import Path
 from .benchmarking import accuracy, environment, implementations, model_report
 from .benchmarking.model_grid import DTYPE, GEMMA3_SIZES, PARTS, plan_for
 from .benchmarking.model_implementations import LABELS, MODEL_IMPLEMENTATIONS
-from .benchmarking.model_workloads import ModelContext, differences, measure_size, release
+from .benchmarking.model_workloads import ModelContext, differences, measure_size, measured_results, release
 from .benchmarking.report import write_json
 from .benchmarking.timing import Deadline, Timer
 from .benchmarking.workloads import failure_text
@@ -75,19 +75,16 @@ def _default_out_dir(device) -> Path:
 
 def failures(models: list[dict]) -> list[dict]:
     """Every model, part or implementation that failed (not skipped), with the reason."""
-    found = []
-    for record in models:
-        if "failed" in record:
-            found.append({"where": record["size"], "implementation": None, "reason": record["failed"]})
-        for part in PARTS:
-            entry = record.get(part) or {}
-            for cell in entry.get("cells") or ([entry] if "results" in entry else []):
-                for name, result in cell.get("results", {}).items():
-                    if result.get("status") == "failed":
-                        where = f"{record['size']} {part}" + (
-                            f" x{cell['tokens']}" if "tokens" in cell and "cells" in entry else ""
-                        )
-                        found.append({"where": where, "implementation": name, "reason": result["reason"]})
+    found = [
+        {"where": record["size"], "implementation": None, "reason": record["failed"]}
+        for record in models
+        if "failed" in record
+    ]
+    found += [
+        {"where": where, "implementation": name, "reason": result["reason"]}
+        for where, name, result in measured_results(models)
+        if result.get("status") == "failed"
+    ]
     return found
 
 
@@ -98,7 +95,7 @@ def _usage_error(args: argparse.Namespace) -> str | None:
         if value
     ]
     if ignored:
-        return f"bench --models measures bf16 Gemma3 models; {', '.join(ignored)} apply to the kernel grid only"
+        return f"{', '.join(ignored)}: options of the kernel grid, not of bench --models (bf16 Gemma3 models)"
     if args.model_layers is not None and args.model_layers < 1:
         return f"--model-layers must be at least 1, not {args.model_layers}"
     return None

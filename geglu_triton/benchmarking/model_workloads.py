@@ -558,20 +558,25 @@ def _statuses(forwards: ModelForwards) -> str:
     )
 
 
-def differences(models: list[dict]) -> list[dict]:
-    """Everywhere an implementation's result differs from eager's beyond its tolerance, or its tokens do."""
-    found = []
+def measured_results(models: list[dict]):
+    """(where, implementation, result) for each implementation's result in every part of every model."""
     for record in models:
         for part in model_grid.PARTS:
             entry = record.get(part) or {}
-            cells = entry.get("cells") or ([entry] if "results" in entry else [])
-            for cell in cells:
+            for cell in entry.get("cells") or ([entry] if "results" in entry else []):
                 where = f"{record['size']} {part}" + (f" x{cell['tokens']}" if part == model_grid.MLP else "")
                 for name, result in cell.get("results", {}).items():
-                    for check, verdict in _verdicts(result):
-                        if not verdict["ok"]:
-                            found.append({"where": where, "implementation": name, "check": check, **verdict})
-    return found
+                    yield where, name, result
+
+
+def differences(models: list[dict]) -> list[dict]:
+    """Everywhere an implementation's result differs from eager's beyond its tolerance, or its tokens do."""
+    return [
+        {"where": where, "implementation": name, "check": check, **verdict}
+        for where, name, result in measured_results(models)
+        for check, verdict in _verdicts(result)
+        if not verdict["ok"]
+    ]
 
 
 def _verdicts(result: dict):
