@@ -5,6 +5,8 @@ cell, medians of CUDA-event timings, input sets rotated past the L2 cache,
 every output checked against float64. It measures the device's copy
 bandwidth and bf16 matmul rate first and states every figure against them.
 
+With ``--models``, whole Gemma3 models instead (``bench_models``).
+
 Writes into ``--out`` (default ``benchmarks/results/<date>-<device>/``):
 ``results.json`` (every figure of every cell, rewritten after each section,
 so a run cut short still leaves its results), ``results.md`` (the headline
@@ -19,12 +21,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import sys
 from pathlib import Path
 
 import torch
 
+from . import bench_models
 from .benchmarking import accuracy, environment, host, implementations, report, workloads
 from .benchmarking.grid import (
     APPROXIMATIONS,
@@ -74,7 +75,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MEMORY_BUDGET_GIB,
         help="skip cells whose inputs and outputs need more (default: %(default)s)",
     )
-    parser.add_argument("--time-budget-s", type=float, help="skip what remains past this (default: the grid's)")
+    parser.add_argument(
+        "--time-budget-s", type=float, help="skip what remains past this (default: the grid's, or the model plan's)"
+    )
+    bench_models.add_arguments(parser)
 
 
 def _grid_from(args: argparse.Namespace, device: torch.device) -> Grid:
@@ -99,10 +103,6 @@ def _grid_as_json(grid: Grid) -> dict:
 
 def _print(line: str) -> None:
     print(line, flush=True)
-
-
-def _write_json(path: Path, results: dict) -> None:
-    path.write_text(json.dumps(results, indent=1, allow_nan=True) + "\n", encoding="utf-8")
 
 
 def _run_cells(cells: list, results: dict, counter: dict, deadline: Deadline) -> None:
@@ -149,20 +149,7 @@ def _new_results(ctx: workloads.Context, loaded: environment.LoadedKernel, names
     device, copy, matmul = ctx.device, ctx.copy, ctx.matmul
     return {
         "schema_version": SCHEMA_VERSION,
-        "meta": {
-            "date_utc": environment.utc_now().isoformat(timespec="seconds"),
-            "device": device.type,
-            "device_name": environment.device_name(device),
-            "device_slug": environment.device_slug(device),
-            "device_properties": environment.device_properties(device),
-            "versions": environment.versions(),
-            "kernel": {"build_dir": str(loaded.build_dir), "module": loaded.module.__name__},
-            "argv": sys.argv,
-            "timer": ctx.timer.method,
-            "compile_backend": implementations.compile_backend(device),
-            "complete": False,
-            "elapsed_s": None,
-        },
+        "meta": environment.run_meta(device, loaded, ctx.timer.method, implementations.compile_backend(device)),
         "ceilings": {
             "copy": {**dataclasses.asdict(copy), "tb_per_s": copy.bytes_per_s / 1e12, "bytes_counted": "read + write"},
             "matmul": {**dataclasses.asdict(matmul), "tflop_per_s": matmul.flop_per_s / 1e12, "inputs": "N(0, 1)"},
@@ -197,10 +184,15 @@ def _run_plan(
         else:
             _run_cells(step, results, counter, ctx.deadline)
         results["failures"] = report.failures(results)
-        _write_json(json_path, results)
+        report.write_json(json_path, results)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.models is not None:
+        return bench_models.run(args)
+    if args.model_parts or args.model_layers is not None:
+        _print("bench: --model-parts and --model-layers apply to whole models: add --models")
+        return 2
     device = environment.benchmark_device()
     grid = _grid_from(args, device)
     out_dir = args.out or environment.default_results_dir(device)
@@ -232,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         results["meta"]["complete"] = True
         results["meta"]["elapsed_s"] = deadline.elapsed_s()
         written = report.write_all(results, out_dir)
-        _write_json(json_path, results)
+        report.write_json(json_path, results)
     finally:
         loaded.close()
 

@@ -11,6 +11,7 @@ import datetime
 import importlib.metadata
 import platform
 import re
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,24 @@ def versions() -> dict[str, str | None]:
         "liger_kernel": _version("liger_kernel") or _version("liger-kernel"),
         "transformers": _version("transformers"),
         "huggingface_hub": _version("huggingface_hub"),
+    }
+
+
+def run_meta(device: torch.device, loaded: "LoadedKernel", timer_method: str, compile_backend: str) -> dict:
+    """The results file's ``meta``: when, where, with which libraries and kernel build, timed how."""
+    return {
+        "date_utc": utc_now().isoformat(timespec="seconds"),
+        "device": device.type,
+        "device_name": device_name(device),
+        "device_slug": device_slug(device),
+        "device_properties": device_properties(device),
+        "versions": versions(),
+        "kernel": {"build_dir": str(loaded.build_dir), "module": loaded.module.__name__},
+        "argv": sys.argv,
+        "timer": timer_method,
+        "compile_backend": compile_backend,
+        "complete": False,
+        "elapsed_s": None,
     }
 
 

@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -35,7 +34,7 @@ from geglu_triton import REPO_ROOT
 from . import implementations
 from .grid import dtype_name
 from .implementations import COMPILE, EAGER, LIGER, OURS, OURS_CONCAT, Unavailable
-from .timing import garbage_collector_paused, synchronize
+from .timing import capture_graph, garbage_collector_paused, synchronize
 from .workloads import Context, failure_text
 
 #: Calls captured in one CUDA graph for the replay timing.
@@ -80,17 +79,12 @@ def _fastest_host_loops_us(named_calls: dict, calls: int, device: torch.device) 
 
 def _graph_replay_us(ctx: Context, call: Callable[[], object]) -> float:
     """µs per call of CALLS_PER_GRAPH calls captured in one CUDA graph, replayed (median)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graphs recommends
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+
+    def calls() -> None:
         for _ in range(CALLS_PER_GRAPH):
             call()
-    return ctx.timer.median_s(graph.replay) / CALLS_PER_GRAPH * 1e6
+
+    return ctx.timer.median_s(capture_graph(calls).replay) / CALLS_PER_GRAPH * 1e6
 
 
 def call_overhead(ctx: Context, dtype: torch.dtype, approximate: str) -> dict:
@@ -137,20 +131,6 @@ def call_overhead(ctx: Context, dtype: torch.dtype, approximate: str) -> dict:
     }
 
 
-@contextmanager
-def _recompile_limit(limit: int):
-    """Raise Dynamo's per-function recompile limit (default 8; past it Dynamo falls back to eager)."""
-    import torch._dynamo.config as dynamo_config
-
-    name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
-    previous = getattr(dynamo_config, name)
-    setattr(dynamo_config, name, max(previous, limit))
-    try:
-        yield previous
-    finally:
-        setattr(dynamo_config, name, previous)
-
-
 def _triton_variants(kernel) -> int | None:
     """Compiled variants of our Triton kernels in this process (None where Triton does not say, as interpreted)."""
     triton_kernels = getattr(getattr(kernel, "ops", None), "triton_kernels", None)
@@ -191,7 +171,7 @@ def recompilations(ctx: Context, dtype: torch.dtype, approximate: str) -> dict:
         "ours_direct": None,
     }
     results = {}
-    with _recompile_limit(4 * len(token_counts)) as default_limit:
+    with implementations.raised_recompile_limit(4 * len(token_counts)) as default_limit:
         for scenario, make in scenarios.items():
             try:
                 variants_before = _triton_variants(ctx.kernel)

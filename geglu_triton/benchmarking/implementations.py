@@ -18,6 +18,7 @@ reason as "skipped". Any other exception is recorded as a failure.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from typing import Callable
 
 import torch
@@ -83,6 +84,20 @@ def eager_activation(approximate: str) -> Callable[[torch.Tensor, torch.Tensor],
         return F.gelu(gate, approximate=approximate) * up
 
     return eager_geglu
+
+
+@contextmanager
+def raised_recompile_limit(limit: int):
+    """Raise Dynamo's per-function recompile limit (default 8; past it Dynamo falls back to eager)."""
+    import torch._dynamo.config as dynamo_config
+
+    name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+    previous = getattr(dynamo_config, name)
+    setattr(dynamo_config, name, max(previous, limit))
+    try:
+        yield previous
+    finally:
+        setattr(dynamo_config, name, previous)
 
 
 def warm_up_compiler(device: torch.device) -> float:

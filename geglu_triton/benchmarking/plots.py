@@ -6,7 +6,10 @@
 - ``speedup_heatmap.png``: tokens x intermediate, our speedup over the fastest
   other implementation in each cell (headline dtype);
 - ``mlp.png``: the whole MLP's time against tokens per model, with its floor;
-- ``host.png``: per-call overhead, cold first-call latency, recompilations.
+- ``host.png``: per-call overhead, cold first-call latency, recompilations;
+- ``models.png`` (``bench --models``): per Gemma3 size, the MLP's GPU and host
+  time against tokens per implementation; below, each implementation's speed
+  relative to eager's in prefill, decode and the training step.
 
 matplotlib is optional (the ``bench`` extra): without it no figures are written.
 """
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from .grid import ACTIVATION_FORWARD, ACTIVATION_FORWARD_BACKWARD, MLP_FORWARD, MLP_FORWARD_BACKWARD
 from .implementations import ACTIVATION_IMPLEMENTATIONS, BASELINES, LABELS, MLP_IMPLEMENTATIONS, OURS
+from .model_grid import in_size_order
 
 ACTIVATION_WORKLOADS = (ACTIVATION_FORWARD, ACTIVATION_FORWARD_BACKWARD)
 MLP_WORKLOADS = (MLP_FORWARD, MLP_FORWARD_BACKWARD)
@@ -261,8 +265,84 @@ def _host(plt, results: dict, out_dir: Path) -> Path | None:
     return _save(fig, out_dir / "host.png")
 
 
-def write_plots(results: dict, out_dir: Path) -> list[Path]:
-    """Every figure the results have data for; none (and a note in the results) without matplotlib."""
+#: The model-level figures of speed against eager: (part, figure, its label, whether larger is faster).
+MODEL_SPEED_FIGURES = (
+    ("prefill", "device_ms", "prefill\nGPU", False),
+    ("decode", "generate_tokens_per_s", "decode\ngenerate", True),
+    ("decode", "static_loop_tokens_per_s", "decode\nstatic loop", True),
+    ("decode", "static_step_device_ms", "decode step\nGPU", False),
+    ("training", "device_ms", "training\nGPU", False),
+)
+
+
+def _model_mlp_panel(ax, record: dict) -> None:
+    cells = [c for c in record["mlp"].get("cells", []) if "results" in c]
+    for name in STYLE:
+        for key, line, label in (("device_us", "-", "GPU"), ("host_us", ":", "host")):
+            points = [(c["tokens"], c["results"][name][key]) for c in cells if key in c["results"].get(name, {})]
+            if points:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, line, label=f"{name} {label}", linewidth=1, markersize=4, **STYLE[name])
+    if cells:
+        tokens = [c["tokens"] for c in cells]
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(tokens)
+    ax.set_yscale("log")
+    _plain_log_ticks(ax.xaxis)
+    _plain_log_ticks(ax.yaxis)
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("µs per MLP call")
+    ax.set_title(f"Gemma3 {record['size']} MLP ({record['config']['hidden']} x {record['config']['intermediate']})")
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def _model_speed_panel(ax, results: dict) -> None:
+    """Each implementation's speed relative to eager's, per size and figure (>1: faster than eager)."""
+    groups, ratios = [], {}
+    for record in in_size_order(results["models"]):
+        for part, key, label, larger_is_faster in MODEL_SPEED_FIGURES:
+            measured = (record.get(part) or {}).get("results", {})
+            eager = measured.get("eager", {}).get(key)
+            if not eager:
+                continue
+            groups.append(f"{record['size']}\n{label}")
+            for name, r in measured.items():
+                if key in r:
+                    ratio = r[key] / eager if larger_is_faster else eager / r[key]
+                    ratios.setdefault(name, {})[len(groups) - 1] = ratio
+    if not groups:
+        ax.set_axis_off()
+        return
+    width = 0.8 / max(len(ratios), 1)
+    for offset, (name, values) in enumerate(ratios.items()):
+        xs = [i - 0.4 + width * (offset + 0.5) for i in values]
+        ax.bar(xs, list(values.values()), width, label=name, color=STYLE.get(name, {}).get("color"))
+    ax.axhline(1.0, color="black", linewidth=1)
+    ax.set_xticks(range(len(groups)), groups, fontsize=7)
+    ax.set_ylabel("speed relative to eager (>1: faster)")
+    ax.set_title("whole model: prefill, decode, training step")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+def _models(plt, results: dict, out_dir: Path) -> Path | None:
+    with_mlp = [r for r in in_size_order(results["models"]) if "cells" in (r.get("mlp") or {})]
+    if not results["models"]:
+        return None
+    columns = max(len(with_mlp), 1)
+    fig = plt.figure(figsize=(5 * columns, 9), constrained_layout=True)
+    grid = fig.add_gridspec(2, columns)
+    for col, record in enumerate(with_mlp):
+        _model_mlp_panel(fig.add_subplot(grid[0, col]), record)
+    if with_mlp:
+        fig.axes[0].legend(loc="upper left", fontsize=7)
+    _model_speed_panel(fig.add_subplot(grid[1, :]), results)
+    fig.suptitle(f"Gemma3 models ({results['dtype']}, random weights) on {results['meta']['device_name']}")
+    return _save(fig, out_dir / "models.png")
+
+
+def _write_figures(results: dict, out_dir: Path, makers) -> list[Path]:
+    """Every figure of ``makers`` the results have data for; none (and a note in the results) without matplotlib."""
     try:
         import matplotlib
 
@@ -272,15 +352,23 @@ def write_plots(results: dict, out_dir: Path) -> list[Path]:
         results["notes"].append(f"no plots: matplotlib is not installed ({err})")
         return []
     written = []
-    for make in (_activation_bandwidth, _speedup_heatmap, _mlp, _host):
+    for make in makers:
         try:
             path = make(plt, results, out_dir)
         except Exception as err:  # a figure is not worth the results: note it and go on
-            results["notes"].append(
-                f"plot {make.__name__.lstrip('_')} failed: {type(err).__name__}: {err}"
-            )
+            results["notes"].append(f"plot {make.__name__.lstrip('_')} failed: {type(err).__name__}: {err}")
             plt.close("all")
             continue
         if path is not None:
             written.append(path)
     return written
+
+
+def write_plots(results: dict, out_dir: Path) -> list[Path]:
+    """The kernel grid's figures (``bench``)."""
+    return _write_figures(results, out_dir, (_activation_bandwidth, _speedup_heatmap, _mlp, _host))
+
+
+def write_model_plots(results: dict, out_dir: Path) -> list[Path]:
+    """The model-level figure (``bench --models``)."""
+    return _write_figures(results, out_dir, (_models,))

@@ -9,6 +9,7 @@ one table per workload and dtype with every cell, then the failures.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -323,6 +324,10 @@ def full_markdown(results: dict) -> str:
         detail = f.get("reason") or f"relative errors {f.get('rel_errors')}"
         lines.append(f"- {f['kind']}: {f['where']} / {f['implementation']}: {detail}")
     return "\n".join(lines) + "\n"
+
+
+def write_json(path: Path, results: dict) -> None:
+    path.write_text(json.dumps(results, indent=1, allow_nan=True) + "\n", encoding="utf-8")
 
 
 def write_all(results: dict, out_dir: Path) -> list[Path]:

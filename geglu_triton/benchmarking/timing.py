@@ -79,6 +79,24 @@ def input_set_count(device: torch.device, bytes_per_set: int) -> int:
     return max(1, min(MAX_INPUT_SETS, wanted))
 
 
+def capture_graph(fn: Callable[[], object]) -> "torch.cuda.CUDAGraph":
+    """``fn``'s launches captured in a CUDA graph, after warm-up calls on a side stream (as torch.cuda.graphs advises).
+
+    Replaying the graph runs the same kernels with no host work between
+    them: its time is the GPU's alone, launch gaps included.
+    """
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # compiles, JITs and allocator warm-up happen here, not in the capture
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
 @dataclass(frozen=True)
 class Timing:
     """One callable's figures: its median time per repetition, and the host time a repetition took to queue.
@@ -201,6 +219,34 @@ class Timer:
             marks.append((start, self._mark()))
         synchronize(self.device)
         return [self._seconds_between(s, e) for s, e in marks]
+
+    def host_s(self, fn: Callable[[], object]) -> float:
+        """Seconds the host spends in one ``fn()`` with the GPU kept ahead: no wait on the GPU counted.
+
+        ``fn`` runs once to estimate its host time, then again queued behind
+        a GPU spin of HOST_LEAD_MARGIN times that estimate, so that it never
+        waits for the GPU; on a CPU it is simply timed. ``fn`` should queue
+        fewer launches than the device's launch queue holds (about a thousand).
+        """
+        synchronize(self.device)
+        start = time.perf_counter()
+        fn()
+        estimate = time.perf_counter() - start
+        synchronize(self.device)
+        self._let_host_get_ahead(1, estimate)
+        start = time.perf_counter()
+        fn()
+        seconds = time.perf_counter() - start
+        synchronize(self.device)
+        return seconds
+
+    def wall_s(self, fn: Callable[[], object]) -> float:
+        """Wall seconds of one ``fn()`` to a synchronized result: the host's time or the GPU's, whichever bounds it."""
+        synchronize(self.device)
+        start = time.perf_counter()
+        fn()
+        synchronize(self.device)
+        return time.perf_counter() - start
 
     def timings_interleaved(self, calls: dict, rounds: int) -> dict[object, Timing]:
         """The Timing of each ``name: (fn, prepare)``, their repetitions taken in alternating rounds.
