@@ -32,14 +32,15 @@ from pathlib import Path
 from kernels._rust import Digest, DigestAlgorithm, DigestValidationError, Metadata
 
 from . import REPO_ROOT, __version__, layout
-from .buildinfo import ConfigError, KernelConfig, SourceIdentity, git_state, read_config, source_identity
+from .buildinfo import KernelConfig, SourceIdentity, git_state, read_config, source_identity
+from .errors import UserError
 from .ops_module import op_namespace, render_ops_module
 
 #: How our builds name their builder in metadata.json's provenance: this toolkit, not kernel-builder.
 BUILDER_VERSION = f"geglu-triton {__version__}"
 
 
-class BuildError(RuntimeError):
+class BuildError(UserError):
     """The source cannot be built, or the build does not validate; the message says why."""
 
 
@@ -162,11 +163,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        variants = build_variants(args.out)
-    except (ConfigError, BuildError) as err:
-        print(f"build failed: {err}", file=sys.stderr)
-        return 1
+    variants = build_variants(args.out)
     for variant in variants:
         metadata = Metadata.read_from_file(variant / layout.METADATA_FILE)
         files = len(metadata.digest.files)

@@ -37,6 +37,7 @@ else:  # kernels depends on tomli before Python 3.11
     import tomli as tomllib
 
 from . import layout
+from .errors import UserError
 
 BUILD_TOML = "build.toml"
 TORCH_EXT_DIR = "torch-ext"
@@ -44,7 +45,7 @@ DEFAULT_PYEXT = ("py", "pyi")
 _SHORT_ID_LENGTH = 7
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """build.toml is missing, invalid, or lacks a field the toolkit needs."""
 
 

@@ -3,6 +3,13 @@
 Each command lives in its own module, which provides ``add_arguments(parser)``
 and ``run(args) -> int``. Modules are imported only when their command runs,
 so ``--help`` and light commands stay fast.
+
+Every command reports a failure the same way, here: one line on stderr,
+``geglu-triton <command>: error: <what went wrong and what to do>``, exit code
+2 for a wrong argument, 1 for a failure and 130 for Ctrl-C. Commands raise
+``errors.UserError`` (or a subclass); Hub, HTTP and network errors are
+translated by ``errors.from_hub_error``; anything else is a bug, reported in
+one line too. ``--verbose`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -10,6 +17,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
+
+from .errors import UsageError, UserError, from_hub_error
 
 # command name -> (module under geglu_triton, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -21,11 +31,31 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("bench", "benchmark the kernels against eager, torch.compile and Liger"),
     "profile": ("profile", "profile the GeGLU MLP stages with torch.profiler"),
 }
+VERBOSE_FLAG = "--verbose"
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+def _report(prog: str, message: str, *, verbose: bool) -> None:
+    if verbose:
+        traceback.print_exc()
+    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr)
+
+
+def _translated(err: BaseException, args: argparse.Namespace | None) -> UserError | None:
+    """The UserError a Hub or network error stands for, given the command's endpoint and token."""
+    from huggingface_hub import constants, get_token
+
+    endpoint = getattr(args, "endpoint", None) or constants.ENDPOINT
+    token_sent = bool(getattr(args, "token", None) or get_token())
+    return from_hub_error(err, endpoint=endpoint, token_sent=token_sent)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = VERBOSE_FLAG in argv
+    argv = [arg for arg in argv if arg != VERBOSE_FLAG]
     parser = argparse.ArgumentParser(prog="geglu-triton", description=__doc__.splitlines()[0])
+    parser.add_argument(VERBOSE_FLAG, action="store_true", help="print the traceback of an error too (any position)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (_, help_text) in COMMANDS.items():
         subparsers.add_parser(name, help=help_text, add_help=False)
@@ -35,8 +65,25 @@ def main(argv: list[str] | None = None) -> int:
         parser.parse_args(argv)  # prints help or the error about an unknown command
         return 2
     name = argv[0]
-    module = importlib.import_module(f"geglu_triton.{COMMANDS[name][0]}")
-    command_parser = argparse.ArgumentParser(prog=f"geglu-triton {name}", description=COMMANDS[name][1])
-    module.add_arguments(command_parser)
-    args = command_parser.parse_args(argv[1:])
-    return int(module.run(args) or 0)
+    prog = f"geglu-triton {name}"
+    args = None
+    try:
+        module = importlib.import_module(f"geglu_triton.{COMMANDS[name][0]}")
+        command_parser = argparse.ArgumentParser(prog=prog, description=COMMANDS[name][1])
+        module.add_arguments(command_parser)
+        args = command_parser.parse_args(argv[1:])
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        _report(prog, "interrupted (Ctrl-C)", verbose=verbose)
+        return EXIT_INTERRUPTED
+    except UserError as err:
+        _report(prog, str(err), verbose=verbose)
+        return err.exit_code
+    except Exception as err:
+        user_error = _translated(err, args)
+        if user_error is not None:
+            _report(prog, str(user_error), verbose=verbose)
+            return user_error.exit_code
+        hint = "" if verbose else f" (run again with {VERBOSE_FLAG} for the traceback)"
+        _report(prog, f"unexpected {type(err).__name__}: {err}{hint}", verbose=verbose)
+        return 1
