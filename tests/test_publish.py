@@ -205,7 +205,7 @@ def test_benchmark_scripts_go_to_the_version_branch(api, tmp_path):
     remote = files(api, repo, "v1")
     assert "benchmarks/benchmark_geglu.py" in remote and "benchmarks/helper.py" not in remote
     card = Path(api.hf_hub_download(repo, "README.md", repo_type="kernel")).read_text()
-    assert f"kernels benchmark {repo} --version 1" in card
+    assert f"hf download {repo} --repo-type kernel --revision v1" in card and "kernels benchmark ./" in card
 
 
 def test_commits_hold_at_most_the_batch_size(v1, api, monkeypatch):
