@@ -50,26 +50,32 @@ def _translated(err: BaseException, args: argparse.Namespace | None) -> UserErro
     return from_hub_error(err, endpoint=endpoint, token_sent=token_sent)
 
 
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse, with its errors (a missing or wrong argument) reported like every other: one line, exit 2."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = VERBOSE_FLAG in argv
     argv = [arg for arg in argv if arg != VERBOSE_FLAG]
-    parser = argparse.ArgumentParser(prog="geglu-triton", description=__doc__.splitlines()[0])
-    parser.add_argument(VERBOSE_FLAG, action="store_true", help="print the traceback of an error too (any position)")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (_, help_text) in COMMANDS.items():
-        subparsers.add_parser(name, help=help_text, add_help=False)
-
-    # Parse only the command name first, then let its module define the rest.
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        parser.parse_args(argv)  # prints help or the error about an unknown command
-        return 2
-    name = argv[0]
-    prog = f"geglu-triton {name}"
-    args = None
+    prog, args = "geglu-triton", None
     try:
+        parser = _ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+        parser.add_argument(VERBOSE_FLAG, action="store_true", help="also print the traceback of an error (anywhere)")
+        subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+        for name, (_, help_text) in COMMANDS.items():
+            subparsers.add_parser(name, help=help_text, add_help=False)
+        # Parse only the command name first, then let its module define the rest.
+        if not argv or argv[0] not in COMMANDS:
+            parser.parse_args(argv)  # prints the help, or raises the error about a missing or unknown command
+            return 0
+        name = argv[0]
+        prog = f"geglu-triton {name}"
         module = importlib.import_module(f"geglu_triton.{COMMANDS[name][0]}")
-        command_parser = argparse.ArgumentParser(prog=prog, description=COMMANDS[name][1])
+        command_parser = _ArgumentParser(prog=prog, description=COMMANDS[name][1])
         module.add_arguments(command_parser)
         args = command_parser.parse_args(argv[1:])
         return int(module.run(args) or 0)

@@ -65,6 +65,20 @@ def test_a_malformed_endpoint_is_a_usage_error(capsys, endpoint, expected):
     assert code == 2 and f"--endpoint {endpoint!r}" in line and expected in line
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], "geglu-triton: error: the following arguments are required: COMMAND"),
+        (["nope"], "geglu-triton: error: argument COMMAND: invalid choice: 'nope'"),
+        (["hub", "serve"], "geglu-triton hub: error: the following arguments are required: --data"),
+        (["publish", "--bogus"], "geglu-triton publish: error: unrecognized arguments: --bogus"),
+    ],
+)
+def test_argparse_errors_are_one_line_too(capsys, argv, expected):
+    code, line = run_cli(capsys, *argv)
+    assert code == 2 and line.startswith(expected) and line.endswith("--help)")
+
+
 def test_validators_accept_what_the_hub_accepts():
     assert validate_repo_id("kernels-community/activation") == "kernels-community/activation"
     assert validate_endpoint("http://127.0.0.1:8080/") == "http://127.0.0.1:8080"
