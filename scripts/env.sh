@@ -40,6 +40,9 @@ PY
         fi
     fi
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+        export TRITON_INTERPRET=1  # a GPU build of torch, but no GPU
+    fi
 else
     if [ ! -x .venv/bin/python ]; then
         log "creating .venv"
@@ -61,7 +64,5 @@ else
         "$PY" -m pip install -q -r requirements-dev.txt >&2
         "$PY" -m pip install -q --no-deps -e . >&2
     fi
-fi
-if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    export TRITON_INTERPRET=1
+    export TRITON_INTERPRET=1  # torch's CPU build sees no GPU (known without importing torch: seconds)
 fi
