@@ -23,6 +23,8 @@ HUGGINGFACE_CO = "huggingface.co"
 KERNEL_ACCESS_URL = "https://huggingface.co/settings/account"
 LOCAL_HUB_HINT = "start a local Hub with `python -m geglu_triton hub serve --data DIR`, or fix --endpoint"
 
+# What OpenSSL says when an https client gets a plain-HTTP answer.
+_PLAIN_HTTP_ANSWER = ("WRONG_VERSION_NUMBER", "wrong version number", "record layer failure", "packet length too long")
 # A Hub repository id: "<namespace>/<name>", each part as huggingface_hub's validator accepts it.
 _REPO_PART = re.compile(r"^(?![-.])(?!.*(--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])$")
 
@@ -103,18 +105,23 @@ def _network_error(err: BaseException, endpoint: str) -> UserError:
     text = str(err)
     sent = _request_line(err) or endpoint
     host = urlsplit(endpoint).netloc or endpoint
-    if "WRONG_VERSION_NUMBER" in text or "SSL" in text or "TLS" in text:
+    if any(sign in text for sign in _PLAIN_HTTP_ANSWER):
         plain = endpoint.replace("https://", "http://", 1)
         return UserError(
-            f"{sent}: the TLS handshake with {host} failed ({_one_line(text)}); if that server speaks plain "
-            f"HTTP (the local Hub does), use --endpoint {plain}"
+            f"{sent}: the TLS handshake with {host} failed ({_one_line(text)}): that server speaks plain HTTP "
+            f"(as the local Hub does); use --endpoint {plain}"
+        )
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return UserError(
+            f"{sent}: the certificate of {host} is not trusted ({_one_line(text)}); point SSL_CERT_FILE at the "
+            "right CA bundle"
         )
     if "refused" in text.lower():
         hint = "check your network" if is_huggingface_co(endpoint) else f"is the Hub running? {LOCAL_HUB_HINT}"
         return UserError(f"{sent}: connection refused by {host}: {hint}")
     if "name or service not known" in text.lower() or "nodename nor servname" in text or "getaddrinfo" in text:
         return UserError(f"{sent}: unknown host {urlsplit(endpoint).hostname!r}: check the spelling of --endpoint")
-    if "timed out" in text.lower() or type(err).__name__.endswith("Timeout") or "Timeout" in type(err).__name__:
+    if "timed out" in text.lower() or "Timeout" in type(err).__name__:
         return UserError(f"{sent}: {host} did not answer in time; check that it is up and reachable")
     return UserError(f"{sent}: cannot reach {host}: {_one_line(text) or type(err).__name__}")
 
