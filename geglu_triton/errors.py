@@ -25,6 +25,8 @@ LOCAL_HUB_HINT = "start a local Hub with `python -m geglu_triton hub serve --dat
 
 # What OpenSSL says when an https client gets a plain-HTTP answer.
 _PLAIN_HTTP_ANSWER = ("WRONG_VERSION_NUMBER", "wrong version number", "record layer failure", "packet length too long")
+# What the resolver says for a host name it cannot resolve (glibc, macOS, no DNS at all).
+_UNRESOLVED_HOST = ("name or service not known", "nodename nor servname", "temporary failure in name resolution")
 # A Hub repository id: "<namespace>/<name>", each part as huggingface_hub's validator accepts it.
 _REPO_PART = re.compile(r"^(?![-.])(?!.*(--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])$")
 
@@ -119,8 +121,11 @@ def _network_error(err: BaseException, endpoint: str) -> UserError:
     if "refused" in text.lower():
         hint = "check your network" if is_huggingface_co(endpoint) else f"is the Hub running? {LOCAL_HUB_HINT}"
         return UserError(f"{sent}: connection refused by {host}: {hint}")
-    if "name or service not known" in text.lower() or "nodename nor servname" in text or "getaddrinfo" in text:
-        return UserError(f"{sent}: unknown host {urlsplit(endpoint).hostname!r}: check the spelling of --endpoint")
+    if any(sign in text.lower() for sign in _UNRESOLVED_HOST):
+        return UserError(
+            f"{sent}: unknown host {urlsplit(endpoint).hostname!r} (no DNS answer): check the spelling of --endpoint "
+            "and this machine's network"
+        )
     if "timed out" in text.lower() or "Timeout" in type(err).__name__:
         return UserError(f"{sent}: {host} did not answer in time; check that it is up and reachable")
     return UserError(f"{sent}: cannot reach {host}: {_one_line(text) or type(err).__name__}")
