@@ -241,18 +241,18 @@ class _Hub:
         self.api = api
         self.repo_id = repo_id
 
-    def _failure(self, err: Exception, doing: str, hint: str = "") -> Exception:
-        """The PublishError for a failed call (what was sent, what to do); other errors unchanged."""
+    def _raise_translated(self, err: Exception, doing: str, hint: str = "") -> None:
+        """Raise the one-line PublishError of a Hub or network error (what was sent, what to do); else return."""
         translated = from_hub_error(err, endpoint=self.api.endpoint, token_sent=bool(self.api.token or get_token()))
-        if translated is None:
-            return err
-        return PublishError(f"cannot {doing}: {translated}{hint}")
+        if translated is not None:
+            raise PublishError(f"cannot {doing}: {translated}{hint}") from err
 
     def create_repo(self, *, private: bool) -> None:
         try:
             url = self.api.create_repo(self.repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True)
         except Exception as err:
-            raise self._failure(err, f"create the kernel repository {self.repo_id}") from err
+            self._raise_translated(err, f"create the kernel repository {self.repo_id}")
+            raise
         self.repo_id = url.repo_id or self.repo_id  # the Hub's spelling of the name
 
     def branches(self) -> set[str] | None:
@@ -262,7 +262,8 @@ class _Hub:
         except RepositoryNotFoundError:
             return None
         except Exception as err:
-            raise self._failure(err, f"list the branches of {self.repo_id}") from err
+            self._raise_translated(err, f"list the branches of {self.repo_id}")
+            raise
         return {branch.name for branch in refs.branches}
 
     def create_branch(self, branch: str, *, create_pr: bool) -> None:
@@ -275,7 +276,8 @@ class _Hub:
                 if create_pr
                 else ""
             )
-            raise self._failure(err, f"create the branch {branch!r} of {self.repo_id}", hint) from err
+            self._raise_translated(err, f"create the branch {branch!r} of {self.repo_id}", hint)
+            raise
 
     def files(self, revision: str, *, recursive: bool) -> dict[str, RepoFile]:
         """The files of a revision; {} when the repository or revision has none."""
@@ -285,7 +287,8 @@ class _Hub:
         except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError):
             return {}
         except Exception as err:
-            raise self._failure(err, f"list the files of {self.repo_id} at {revision!r}") from err
+            self._raise_translated(err, f"list the files of {self.repo_id} at {revision!r}")
+            raise
 
     def commit(
         self, plan: BranchPlan, *, message: str, create_pr: bool, echo: Callable[[str], None]
@@ -308,7 +311,8 @@ class _Hub:
                     repo_type=REPO_TYPE,
                 )
             except Exception as err:
-                raise self._failure(err, f"commit to {plan.branch!r} of {self.repo_id}") from err
+                self._raise_translated(err, f"commit to {plan.branch!r} of {self.repo_id}")
+                raise
             oids.append(info.oid)
             if open_pr:
                 pr_url, pr_revision = info.pr_url, info.pr_revision

