@@ -1,4 +1,4 @@
-"""fused-geglu benchmarks for ``kernels benchmark org/fused-geglu --version 1``.
+"""fused-geglu benchmarks for ``kernels benchmark`` (on a download of the version branch: see the card).
 
 Three benchmarks, one per API: ``geglu(gate, up)``, ``geglu_concat(x)`` and the
 ``kernels-community/activation`` drop-ins ``gelu_and_mul(out, x)`` /

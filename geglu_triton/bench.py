@@ -7,7 +7,7 @@ bandwidth and bf16 matmul rate first and states every figure against them.
 
 With ``--models``, whole Gemma3 models instead (``bench_models``).
 
-Writes into ``--out`` (default ``benchmarks/results/<date>-<device>/``):
+Writes into ``--out`` (default ``./<date>-<device>/``, in the current directory):
 ``results.json`` (every figure of every cell, rewritten after each section,
 so a run cut short still leaves its results), ``results.md`` (the headline
 and per-cell tables) and a few PNG plots. Without a GPU the same code runs
@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "always used without a GPU)",
     )
     parser.add_argument("--quick", dest="grid", action="store_const", const="quick", help="the same as --grid quick")
-    parser.add_argument("--out", type=Path, help="output directory (default: benchmarks/results/<date>-<device>/)")
+    parser.add_argument("--out", type=Path, help="output directory (default: ./<date>-<device>/ in the current directory)")
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), help="dtypes (default: the grid's)")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS), help="what to run")
     parser.add_argument("--approximations", nargs="+", choices=APPROXIMATIONS, help="GELU forms (default: tanh)")
@@ -196,14 +196,14 @@ def run(args: argparse.Namespace) -> int:
     device = environment.benchmark_device()
     grid = _grid_from(args, device)
     out_dir = args.out or environment.default_results_dir(device)
-    out_dir.mkdir(parents=True, exist_ok=True)
     json_path = out_dir / "results.json"
     names = tuple(args.workloads)
 
     if device.type == "cpu" and args.grid not in (None, grid.name):
         _print(f"bench: no GPU, so the {grid.name!r} grid instead of {args.grid!r}")
-    _print(f"bench: {environment.device_name(device)}, grid {grid.name!r}, writing to {out_dir}")
     loaded = environment.load_kernel(args.kernel_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _print(f"bench: {environment.device_name(device)}, grid {grid.name!r}, writing to {out_dir}")
     try:
         timer = Timer(device, grid.warmup_ms, grid.rep_ms)
         deadline = Deadline(grid.time_budget_s)

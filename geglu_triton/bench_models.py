@@ -16,8 +16,8 @@ taking turns on the same model:
 Writes ``models.json`` (rewritten after each model, so a run cut short keeps
 what it measured), ``models.md`` (every table, then where results differ from
 eager's), ``readme_table.md`` (the model-level table for the README) and
-``models.png`` into ``--out`` (default: a directory under the system's
-temporary directory, never the source tree). ``--time-budget-s`` skips what
+``models.png`` into ``--out`` (default ``./<date>-<device>/``, in the current
+directory, as ``bench`` writes). ``--time-budget-s`` skips what
 remains past it; the default plan fits in about six minutes on an H200.
 Without a GPU, a tiny config runs the same code in seconds (a smoke test).
 """
@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import tempfile
-from pathlib import Path
 
 from .benchmarking import accuracy, environment, implementations, model_report
 from .benchmarking.model_grid import DTYPE, GEMMA3_SIZES, PARTS, plan_for
@@ -66,13 +64,6 @@ def _print(line: str) -> None:
     print(line, flush=True)
 
 
-def _default_out_dir(device) -> Path:
-    return (
-        Path(tempfile.gettempdir())
-        / f"fused-geglu-models-{environment.utc_now():%Y-%m-%d}-{environment.device_slug(device)}"
-    )
-
-
 def failures(models: list[dict]) -> list[dict]:
     """Every model, part or implementation that failed (not skipped), with the reason."""
     found = [
@@ -109,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     device = environment.benchmark_device()
     plan = plan_for(device.type, args.models, args.model_layers, args.time_budget_s)
     parts = tuple(args.model_parts or PARTS)
-    out_dir = args.out or _default_out_dir(device)
+    out_dir = args.out or environment.default_results_dir(device)
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path = out_dir / "models.json"
     if device.type == "cpu" and args.models:

@@ -32,14 +32,19 @@ from pathlib import Path
 from kernels._rust import Digest, DigestAlgorithm, DigestValidationError, Metadata
 
 from . import REPO_ROOT, __version__, layout
-from .buildinfo import ConfigError, KernelConfig, SourceIdentity, git_state, read_config, source_identity
+from .buildinfo import KernelConfig, SourceIdentity, git_state, read_config, source_identity
+from .errors import UserError
 from .ops_module import op_namespace, render_ops_module
 
 #: How our builds name their builder in metadata.json's provenance: this toolkit, not kernel-builder.
 BUILDER_VERSION = f"geglu-triton {__version__}"
+#: metadata.json's ``kernels-minver``: the oldest kernels release that loads the build. kernel-builder
+#: derives it from the features a build uses: 0.14.0 (its KERNELS_VERSION_BASELINE), 0.17.0 with
+#: kernel-depends, which this toolkit refuses (buildinfo.read_config).
+KERNELS_MINVER = "0.14.0"
 
 
-class BuildError(RuntimeError):
+class BuildError(UserError):
     """The source cannot be built, or the build does not validate; the message says why."""
 
 
@@ -74,7 +79,8 @@ def variant_metadata(
 
     ``python-depends`` lists only what build.toml declares: Triton is not one
     of the names kernels accepts (python_depends.json); it comes with torch on
-    the GPU backends, and the CPU variant runs without it.
+    the GPU backends, and the CPU variant runs without it. ``upstream`` and
+    ``source`` appear when build.toml sets them, as kernel-builder writes them.
     """
     backend_info = {"type": backend}
     if backend in config.archs:
@@ -82,11 +88,14 @@ def variant_metadata(
     provenance = {"kernel-builder": builder}
     if identity.git is not None:
         provenance["kernel"] = {"commit": identity.git.commit, "dirty": identity.git.dirty}
+    optional = {key: value for key, value in (("upstream", config.upstream), ("source", config.source)) if value}
     return {
         "name": config.name,
         "id": op_namespace(config.module_name, backend, identity.unique_id),
         "version": config.version,
+        "kernels-minver": KERNELS_MINVER,
         "license": config.license,
+        **optional,
         "python-depends": list(config.python_depends[backend]),
         "kernel-depends": [],
         "backend": backend_info,
@@ -162,11 +171,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        variants = build_variants(args.out)
-    except (ConfigError, BuildError) as err:
-        print(f"build failed: {err}", file=sys.stderr)
-        return 1
+    variants = build_variants(args.out)
     for variant in variants:
         metadata = Metadata.read_from_file(variant / layout.METADATA_FILE)
         files = len(metadata.digest.files)

@@ -2,9 +2,15 @@
 
 build.toml is parsed and validated by kernels-data (``kernels._rust.Build``),
 exactly as kernel-builder does, so a file that kernel-builder would reject
-(unknown keys, a bad name, an unknown backend) is rejected here too. The fields
-that ``Build`` does not expose to Python (name, version, license, hub repo-id,
-pyext) are then read from the same file with tomllib.
+(unknown keys, a bad name, an unknown backend, a malformed ``upstream`` or
+``source`` URL) is rejected here too. The fields that ``Build`` does not
+expose to Python (name, version, license, upstream, source, hub repo-id,
+pyext, python-depends) are then read from the same file with tomllib.
+
+``python-depends`` entries are checked the way kernel-builder checks them at
+build time, which ``Build.open`` does not: each name of ``[general]`` must be
+one of the general dependencies of kernels' ``python_depends.json``, each name
+of ``[general.<backend>]`` one of that backend's.
 
 The source identity follows kernel-builder outside Nix: the unique id of the
 ops namespace is the first 7 hex digits of the git tree of ``HEAD``, plus
@@ -24,6 +30,8 @@ provenance (its source revision is unknown): ``build`` warns about it and
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
+import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -37,14 +45,17 @@ else:  # kernels depends on tomli before Python 3.11
     import tomli as tomllib
 
 from . import layout
+from .errors import UserError
 
 BUILD_TOML = "build.toml"
+#: The python-depends names kernels (and kernel-builder) know, shipped inside the kernels package.
+PYTHON_DEPENDS_RESOURCE = ("kernels", "python_depends.json")
 TORCH_EXT_DIR = "torch-ext"
 DEFAULT_PYEXT = ("py", "pyi")
 _SHORT_ID_LENGTH = 7
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """build.toml is missing, invalid, or lacks a field the toolkit needs."""
 
 
@@ -56,6 +67,8 @@ class KernelConfig:
     name: str  # kebab-case, as in build.toml and metadata.json: "fused-geglu"
     version: int
     license: str
+    upstream: str | None  # [general] upstream: the kernel code's original repository
+    source: str | None  # [general] source: the kernel-builder formatted source repository
     backends: tuple[str, ...]  # lower-case, in build.toml order: ("cpu", "cuda", ...)
     repo_id: str | None  # [general.hub] repo-id
     pyext: tuple[str, ...]  # extensions copied from the package, without dots
@@ -90,6 +103,30 @@ class SourceIdentity:
     git: GitState | None  # None outside a git repository
 
 
+def known_python_depends() -> tuple[frozenset[str], dict[str, frozenset[str]]]:
+    """The python-depends names kernels accepts: (general ones, backend -> that backend's own)."""
+    package, resource = PYTHON_DEPENDS_RESOURCE
+    known = json.loads(importlib.resources.files(package).joinpath(resource).read_text(encoding="utf-8"))
+    return frozenset(known["general"]), {backend: frozenset(names) for backend, names in known["backends"].items()}
+
+
+def _check_python_depends(toml_path: Path, general: dict, backends: tuple[str, ...]) -> None:
+    """Reject a python-depends name kernels does not know, as kernel-builder does at build time."""
+    general_known, backend_known = known_python_depends()
+    tables = [("[general]", general.get("python-depends", []), general_known)]
+    for backend in backends:
+        names = general.get(backend, {}).get("python-depends", [])
+        tables.append((f"[general.{backend}]", names, backend_known.get(backend, frozenset())))
+    for table, names, known in tables:
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            accepted = ", ".join(sorted(known)) or "none"
+            raise ConfigError(
+                f"{toml_path}: unknown python-depends {unknown[0]!r} in {table}; kernels accepts there: {accepted} "
+                "(others must be installed by the user, not declared)"
+            )
+
+
 def read_config(root: Path) -> KernelConfig:
     """Read and validate ``root/build.toml``; a ConfigError names what is wrong."""
     toml_path = root / BUILD_TOML
@@ -114,12 +151,15 @@ def read_config(root: Path) -> KernelConfig:
     # Build.open has validated every field read below: present where required, well typed.
     general = raw["general"]
     backends = tuple(str(backend) for backend in build.general.backends)
+    _check_python_depends(toml_path, general, backends)
     arch_keys = {"cuda": "cuda_capabilities", "rocm": "rocm_archs"}
     return KernelConfig(
         root=root,
         name=general["name"],
         version=general["version"],
         license=general["license"],
+        upstream=general.get("upstream"),
+        source=general.get("source"),
         backends=backends,
         repo_id=general.get("hub", {}).get("repo-id"),
         pyext=tuple(noarch.get("pyext", DEFAULT_PYEXT)),

@@ -115,10 +115,29 @@ For `GemmaMLP`, `Gemma2MLP` and the other Gemma MLP classes, replace `Gemma3MLP`
 
 
 def _benchmarks(repo_id: str, version: int, has_benchmarks: bool) -> str:
+    """How to run the benchmark scripts of the version branch.
+
+    Not ``kernels benchmark <repo_id> --version N``: kernels (0.17.2 and its
+    main branch as of 2026-08) downloads that repository as a *model*
+    repository (``/api/models/...``), and the Hub serves kernel repositories
+    only under the kernel routes (its model-type copies of kernels were
+    taken down on 2026-09-13, kernels' docs/source/migration.md). So the card
+    has the branch downloaded as a kernel repository and the scripts run from
+    that directory, which ``kernels benchmark`` accepts as a local path.
+    """
     if not has_benchmarks:
         return "## Benchmarks\n\nNo benchmark available yet.\n"
-    command = f"kernels benchmark {repo_id} --version {version}"
-    return f"## Benchmarks\n\nRun the benchmark scripts of this kernel with `{command}`.\n"
+    local_dir = f"{repo_id.split('/')[-1]}-v{version}"
+    return f"""## Benchmarks
+
+The benchmark scripts of version {version} are in `benchmarks/` of the `v{version}` branch. Download the
+branch as a kernel repository, then run them with `kernels benchmark` (`pip install 'kernels[benchmark]'`):
+
+```bash
+hf download {repo_id} --repo-type kernel --revision v{version} --local-dir {local_dir}
+kernels benchmark ./{local_dir}
+```
+"""
 
 
 def render_card(variants: list[Path], *, repo_id: str, has_benchmarks: bool) -> str:

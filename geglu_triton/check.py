@@ -6,9 +6,10 @@ What is checked, per variant directory of the build:
   no other directory; each has a flat ``__init__.py`` and the generated
   ``_ops.py``; no bytecode (``__pycache__``, ``*.pyc``): kernel-builder's
   output never holds any;
-- metadata.json: kernels-data parses it; ``name`` and ``version`` are those of
-  build.toml; ``backend.type`` is the backend the directory is named for; ``id``
-  is the namespace that the variant's ``_ops.py`` gives that backend;
+- metadata.json: kernels-data parses it; it has a ``kernels-minver``; ``name``,
+  ``version``, ``upstream`` and ``source`` are those of build.toml;
+  ``backend.type`` is the backend the directory is named for; ``id`` is the
+  namespace that the variant's ``_ops.py`` gives that backend;
 - digest: kernels-data's ``Digest.hash_variant`` of the files validates
   against the digest metadata.json records;
 - op registrations: kernel-builder's torch-ops check, exactly: in every ``.py``
@@ -39,7 +40,7 @@ from pathlib import Path, PurePosixPath
 from kernels._rust import Digest, DigestValidationError, Metadata
 
 from . import REPO_ROOT, layout
-from .buildinfo import ConfigError, KernelConfig, read_config
+from .buildinfo import KernelConfig, read_config
 from .ops_module import op_namespace, read_ops_identity
 
 OP_REGISTRATION_DECORATORS = frozenset(
@@ -130,6 +131,14 @@ def _check_metadata(variant: Path, where: str, backend: str, config: KernelConfi
         violations.append(disagreement("name", str(metadata.name), config.name, "build.toml"))
     if metadata.version != config.version:
         violations.append(disagreement("version", metadata.version, config.version, "build.toml"))
+    if metadata.kernels_minver is None:
+        violations.append(
+            Violation("metadata", f"{where}/{layout.METADATA_FILE}", "no kernels-minver (kernel-builder writes it)")
+        )
+    from_build_toml = {"upstream": (metadata.upstream, config.upstream), "source": (metadata.source, config.source)}
+    for field, (found, expected) in from_build_toml.items():
+        if found != expected:
+            violations.append(disagreement(field, found, expected, "build.toml"))
     if str(metadata.backend.backend_type) != backend:
         violations.append(
             disagreement("backend.type", str(metadata.backend.backend_type), backend, "the directory name")
@@ -229,11 +238,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        violations = check_build(args.build_dir)
-    except ConfigError as err:
-        print(f"check failed: {err}", file=sys.stderr)
-        return 2
+    violations = check_build(args.build_dir)
     if not violations:
         print(f"{args.build_dir}: the build passes every check")
         return 0

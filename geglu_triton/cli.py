@@ -3,6 +3,13 @@
 Each command lives in its own module, which provides ``add_arguments(parser)``
 and ``run(args) -> int``. Modules are imported only when their command runs,
 so ``--help`` and light commands stay fast.
+
+Every command reports a failure the same way, here: one line on stderr,
+``geglu-triton <command>: error: <what went wrong and what to do>``, exit code
+2 for a wrong argument, 1 for a failure and 130 for Ctrl-C. Commands raise
+``errors.UserError`` (or a subclass); Hub, HTTP and network errors are
+translated by ``errors.from_hub_error``; anything else is a bug, reported in
+one line too. ``--verbose`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -10,6 +17,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
+
+from .errors import UsageError, UserError, from_hub_error
 
 # command name -> (module under geglu_triton, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -21,22 +31,65 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("bench", "benchmark the kernels against eager, torch.compile and Liger"),
     "profile": ("profile", "profile the GeGLU MLP stages with torch.profiler"),
 }
+VERBOSE_FLAG = "--verbose"
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+def _report(prog: str, message: str, *, verbose: bool) -> None:
+    if verbose:
+        traceback.print_exc()
+    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr)
+
+
+def _translated(err: BaseException, args: argparse.Namespace | None) -> UserError | None:
+    """The UserError a Hub or network error stands for, given the command's endpoint and token."""
+    from huggingface_hub import constants, get_token
+
+    endpoint = getattr(args, "endpoint", None) or constants.ENDPOINT
+    token_sent = bool(getattr(args, "token", None) or get_token())
+    return from_hub_error(err, endpoint=endpoint, token_sent=token_sent)
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse, with its errors (a missing or wrong argument) reported like every other: one line, exit 2."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="geglu-triton", description=__doc__.splitlines()[0])
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (_, help_text) in COMMANDS.items():
-        subparsers.add_parser(name, help=help_text, add_help=False)
-
-    # Parse only the command name first, then let its module define the rest.
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        parser.parse_args(argv)  # prints help or the error about an unknown command
-        return 2
-    name = argv[0]
-    module = importlib.import_module(f"geglu_triton.{COMMANDS[name][0]}")
-    command_parser = argparse.ArgumentParser(prog=f"geglu-triton {name}", description=COMMANDS[name][1])
-    module.add_arguments(command_parser)
-    args = command_parser.parse_args(argv[1:])
-    return int(module.run(args) or 0)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = VERBOSE_FLAG in argv
+    argv = [arg for arg in argv if arg != VERBOSE_FLAG]
+    prog, args = "geglu-triton", None
+    try:
+        parser = _ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+        parser.add_argument(VERBOSE_FLAG, action="store_true", help="also print the traceback of an error (anywhere)")
+        subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+        for name, (_, help_text) in COMMANDS.items():
+            subparsers.add_parser(name, help=help_text, add_help=False)
+        # Parse only the command name first, then let its module define the rest.
+        if not argv or argv[0] not in COMMANDS:
+            parser.parse_args(argv)  # prints the help, or raises the error about a missing or unknown command
+            return 0
+        name = argv[0]
+        prog = f"geglu-triton {name}"
+        module = importlib.import_module(f"geglu_triton.{COMMANDS[name][0]}")
+        command_parser = _ArgumentParser(prog=prog, description=COMMANDS[name][1])
+        module.add_arguments(command_parser)
+        args = command_parser.parse_args(argv[1:])
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        _report(prog, "interrupted (Ctrl-C)", verbose=verbose)
+        return EXIT_INTERRUPTED
+    except UserError as err:
+        _report(prog, str(err), verbose=verbose)
+        return err.exit_code
+    except Exception as err:
+        user_error = _translated(err, args)
+        if user_error is not None:
+            _report(prog, str(user_error), verbose=verbose)
+            return user_error.exit_code
+        hint = "" if verbose else f" (run again with {VERBOSE_FLAG} for the traceback)"
+        _report(prog, f"unexpected {type(err).__name__}: {err}{hint}", verbose=verbose)
+        return 1

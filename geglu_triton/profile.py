@@ -260,7 +260,7 @@ def _note(device: torch.device, stages: list[dict]) -> str | None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, help="output directory (default: benchmarks/results/<date>-<device>/)")
+    parser.add_argument("--out", type=Path, help="output directory (default: ./<date>-<device>/ in the current directory)")
     parser.add_argument(
         "--kernel-dir", type=Path, help="an existing build (default: build this checkout into a temp dir)"
     )
@@ -270,8 +270,8 @@ def run(args: argparse.Namespace) -> int:
     device = environment.benchmark_device()
     model, tokens = SIZES[device.type]
     out_dir = args.out or environment.default_results_dir(device)
-    out_dir.mkdir(parents=True, exist_ok=True)
     loaded = environment.load_kernel(args.kernel_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     try:
         stages = []
         for stage in STAGES:

@@ -35,16 +35,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import huggingface_hub
-from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, get_token
 from huggingface_hub.errors import (
     EntryNotFoundError,
-    HfHubHTTPError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
@@ -53,9 +51,10 @@ from kernels._rust import Metadata
 from packaging.version import Version
 
 from . import REPO_ROOT, layout
-from .buildinfo import ConfigError, read_config
+from .buildinfo import read_config
 from .card import render_card
 from .check import check_build
+from .errors import UserError, from_hub_error, validate_endpoint, validate_repo_id
 
 REPO_TYPE = "kernel"
 MAIN_BRANCH = "main"
@@ -64,12 +63,11 @@ BUILD_PREFIX = "build/"
 BENCHMARKS_PREFIX = f"{layout.BENCHMARKS_DIR}/"
 COMMIT_BATCH_SIZE = 1_000
 DEFAULT_ENDPOINT = "https://huggingface.co"
-KERNEL_ACCESS_URL = "https://huggingface.co/spaces/kernels-community/README/discussions/new"
 # The first release whose create_commit accepts repo_type="kernel" (2.0 to 2.2 reject it).
 MIN_HUGGINGFACE_HUB = Version("2.3")
 
 
-class PublishError(RuntimeError):
+class PublishError(UserError):
     """The build cannot be published, or the Hub refused it; the message says why and what to do."""
 
 
@@ -183,8 +181,11 @@ def _refuse_dirty(metadata: dict[Path, Metadata]) -> None:
 def _refuse_failing_check(build_dir: Path, source_root: Path, *, import_check: bool) -> None:
     violations = check_build(build_dir, source_root=source_root, import_check=import_check)
     if violations:
-        listed = "\n  ".join(str(v) for v in violations)
-        raise PublishError(f"refusing to publish {build_dir}: it fails `check`:\n  {listed}")
+        more = f" and {len(violations) - 1} more" if len(violations) > 1 else ""
+        raise PublishError(
+            f"refusing to publish {build_dir}: it fails `check` ({violations[0]}{more}); "
+            f"`python -m geglu_triton check {build_dir}` lists every violation"
+        )
 
 
 def _local_version_files(variants: list[Path], source_root: Path) -> dict[str, bytes]:
@@ -229,7 +230,7 @@ def plan_branch(
 
 
 class _Hub:
-    """The few Hub calls publishing makes, on a kernel repository, with errors made clear."""
+    """The few Hub calls publishing makes, on a kernel repository; a failed call raises a one-line PublishError."""
 
     def __init__(self, api: HfApi, repo_id: str) -> None:
         if Version(huggingface_hub.__version__) < MIN_HUGGINGFACE_HUB:
@@ -240,24 +241,18 @@ class _Hub:
         self.api = api
         self.repo_id = repo_id
 
+    def _raise_translated(self, err: Exception, doing: str, hint: str = "") -> None:
+        """Raise the one-line PublishError of a Hub or network error (what was sent, what to do); else return."""
+        translated = from_hub_error(err, endpoint=self.api.endpoint, token_sent=bool(self.api.token or get_token()))
+        if translated is not None:
+            raise PublishError(f"cannot {doing}: {translated}{hint}") from err
+
     def create_repo(self, *, private: bool) -> None:
         try:
             url = self.api.create_repo(self.repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True)
-        except HfHubHTTPError as err:
-            status = err.response.status_code if err.response is not None else None
-            if status == 401:
-                raise PublishError(
-                    f"the Hub at {self.api.endpoint} does not accept the token (401): log in with "
-                    "`hf auth login`, set HF_TOKEN, or pass --token"
-                ) from err
-            if status == 403:
-                raise PublishError(
-                    f"the Hub refuses to create the kernel repository {self.repo_id} (403 Forbidden: "
-                    f"{err.server_message or 'no reason given'}): this account has no right to publish kernels "
-                    f"there. Publishing kernels needs approval; request it at {KERNEL_ACCESS_URL} with a working "
-                    "built kernel, its source, what it is for and benchmarks"
-                ) from err
-            raise PublishError(f"cannot create the kernel repository {self.repo_id}: {err}") from err
+        except Exception as err:
+            self._raise_translated(err, f"create the kernel repository {self.repo_id}")
+            raise
         self.repo_id = url.repo_id or self.repo_id  # the Hub's spelling of the name
 
     def branches(self) -> set[str] | None:
@@ -266,19 +261,23 @@ class _Hub:
             refs = self.api.list_repo_refs(self.repo_id, repo_type=REPO_TYPE)
         except RepositoryNotFoundError:
             return None
+        except Exception as err:
+            self._raise_translated(err, f"list the branches of {self.repo_id}")
+            raise
         return {branch.name for branch in refs.branches}
 
     def create_branch(self, branch: str, *, create_pr: bool) -> None:
         try:
             self.api.create_branch(self.repo_id, branch=branch, repo_type=REPO_TYPE)
-        except HfHubHTTPError as err:
+        except Exception as err:
             hint = (
-                f" Pull requests can only target an existing branch: ask a maintainer of {self.repo_id} "
-                f"to create {branch!r} first."
+                f"; pull requests can only target an existing branch: ask a maintainer of {self.repo_id} "
+                f"to create {branch!r} first"
                 if create_pr
                 else ""
             )
-            raise PublishError(f"cannot create the branch {branch!r} of {self.repo_id}: {err}.{hint}") from err
+            self._raise_translated(err, f"create the branch {branch!r} of {self.repo_id}", hint)
+            raise
 
     def files(self, revision: str, *, recursive: bool) -> dict[str, RepoFile]:
         """The files of a revision; {} when the repository or revision has none."""
@@ -287,6 +286,9 @@ class _Hub:
             return {entry.path: entry for entry in entries if isinstance(entry, RepoFile)}
         except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError):
             return {}
+        except Exception as err:
+            self._raise_translated(err, f"list the files of {self.repo_id} at {revision!r}")
+            raise
 
     def commit(
         self, plan: BranchPlan, *, message: str, create_pr: bool, echo: Callable[[str], None]
@@ -308,8 +310,9 @@ class _Hub:
                     create_pr=open_pr,
                     repo_type=REPO_TYPE,
                 )
-            except HfHubHTTPError as err:
-                raise PublishError(f"cannot commit to {plan.branch!r} of {self.repo_id}: {err}") from err
+            except Exception as err:
+                self._raise_translated(err, f"commit to {plan.branch!r} of {self.repo_id}")
+                raise
             oids.append(info.oid)
             if open_pr:
                 pr_url, pr_revision = info.pr_url, info.pr_revision
@@ -338,7 +341,8 @@ def publish(
     build in a fresh interpreter (seconds), for callers that have just
     imported it themselves; the command line always runs it. ``echo`` receives
     the progress lines. Raises PublishError (or ConfigError for a bad
-    build.toml) with what went wrong.
+    build.toml, UsageError for a malformed repository id) with what went
+    wrong, before any request when the input is at fault.
     """
     build_dir, source_root = Path(build_dir), Path(source_root)
     metadata, version_branch = _read_build(build_dir)
@@ -350,6 +354,9 @@ def publish(
         repo_id = read_config(source_root).repo_id
         if repo_id is None:
             raise PublishError(f"{source_root}/build.toml has no [general.hub] repo-id; pass --repo-id")
+        validate_repo_id(repo_id, option=f"{source_root}/build.toml's [general.hub] repo-id")
+    else:
+        validate_repo_id(repo_id)
 
     hub = _Hub(api, repo_id)
     if not (dry_run or create_pr):
@@ -430,19 +437,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    endpoint = validate_endpoint(args.endpoint)
+    if args.repo_id is not None:
+        validate_repo_id(args.repo_id)
     # token=None makes huggingface_hub use HF_TOKEN or the stored login.
-    api = HfApi(endpoint=args.endpoint, token=args.token)
-    try:
-        publish(
-            args.build,
-            args.repo_id,
-            api=api,
-            private=args.private,
-            create_pr=args.create_pr,
-            dry_run=args.dry_run,
-            allow_dirty=args.allow_dirty,
-        )
-    except (PublishError, ConfigError) as err:
-        print(f"publish failed: {err}", file=sys.stderr)
-        return 1
+    api = HfApi(endpoint=endpoint, token=args.token)
+    publish(
+        args.build,
+        args.repo_id,
+        api=api,
+        private=args.private,
+        create_pr=args.create_pr,
+        dry_run=args.dry_run,
+        allow_dirty=args.allow_dirty,
+    )
     return 0

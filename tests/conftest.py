@@ -3,11 +3,16 @@
 The Hub endpoint is fixed here, at import, because huggingface_hub (and so
 kernels) reads HF_ENDPOINT once, when it is first imported. The local Hub
 server itself starts only when a test asks for the ``hub`` fixture.
+
+Nothing outlives the run: the HF_HOME made here is removed when the session
+ends, and pytest's own temporary directories (``tmp_path``) are removed too
+unless their test failed (``tmp_path_retention_policy`` in pyproject.toml).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import tempfile
 from pathlib import Path
@@ -33,6 +38,10 @@ os.environ["HF_TOKEN"] = HUB_TOKEN
 # kernels request (a malformed User-Agent); make sure it is not inherited.
 os.environ.pop("HF_HUB_DISABLE_TELEMETRY", None)
 os.environ.pop("HF_HUB_OFFLINE", None)
+
+
+def pytest_unconfigure(config) -> None:
+    shutil.rmtree(_HF_HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from geglu_triton import REPO_ROOT, bench, profile
-from geglu_triton.benchmarking import accuracy, grid, implementations, timing, workloads
+from geglu_triton.benchmarking import accuracy, environment, grid, implementations, timing, workloads
 from geglu_triton.benchmarking.timing import (
     MAX_INPUT_SETS,
     CopyCeiling,
@@ -129,9 +129,13 @@ def test_bench_failures_list_only_real_failures(results):
         assert failure["kind"] == "failed" and failure["implementation"] == implementations.LIGER, failure
 
 
-def test_profile_reports_every_stage(build_dir, tmp_path):
-    assert profile.run(_parse(profile, ["--out", str(tmp_path), "--kernel-dir", str(build_dir)])) == 0
-    report = json.loads((tmp_path / "profile.json").read_text())
+def test_profile_reports_every_stage(build_dir, tmp_path, monkeypatch):
+    # Without --out, the report goes to ./<date>-<device>/ of the current directory, not the package's tree.
+    monkeypatch.chdir(tmp_path)
+    assert profile.run(_parse(profile, ["--kernel-dir", str(build_dir)])) == 0
+    (out,) = tmp_path.iterdir()
+    assert out.name.endswith(f"-{environment.device_slug(environment.benchmark_device())}")
+    report = json.loads((out / "profile.json").read_text())
     assert [s["stage"] for s in report["stages"]] == [s.name for s in profile.STAGES]
     for stage in report["stages"]:
         if stage["stage"] == "mlp-liger" and stage["status"] != "ok":
@@ -146,7 +150,7 @@ def test_profile_reports_every_stage(build_dir, tmp_path):
     assert "aten::addmm" in by_name["linear-eager"]["cpu_ops"]
     if report["device"] == "cpu":
         assert "need a GPU" in report["note"] and all(s.get("gpu") is None for s in report["stages"])
-    markdown = (tmp_path / "profile.md").read_text()
+    markdown = (out / "profile.md").read_text()
     assert "| stage |" in markdown and "mlp-ours" in markdown
 
 

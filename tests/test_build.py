@@ -12,8 +12,8 @@ from kernel_sources import copy_kernel_source, git
 from kernels._rust import Digest, DigestAlgorithm, Metadata
 
 from geglu_triton import layout
-from geglu_triton.build import BuildError, build_variants
-from geglu_triton.buildinfo import read_config
+from geglu_triton.build import KERNELS_MINVER, BuildError, build_variants
+from geglu_triton.buildinfo import ConfigError, read_config
 from geglu_triton.check import check_build
 
 BACKENDS = ("cpu", "cuda", "rocm", "xpu")
@@ -61,6 +61,8 @@ def test_metadata_parses_with_kernels_data_and_names_the_backend_namespace(good_
         assert metadata.id.startswith(f"_fused_geglu_{backend}_")
         assert metadata.python_depends == []
         assert metadata.provenance.kernel.dirty is False
+        assert str(metadata.kernels_minver) == KERNELS_MINVER
+        assert metadata.upstream is None and metadata.source is None  # build.toml sets neither
 
 
 def test_digest_validates_against_the_files(good_build):
@@ -164,6 +166,15 @@ def test_check_reports_a_version_that_disagrees_with_build_toml(broken, source):
     assert "[metadata] torch-xpu/metadata.json: version is 2, build.toml says 1" in violations_of(broken, source)
 
 
+def test_check_reports_metadata_without_kernels_minver_or_with_another_upstream(broken, source):
+    path = broken / "torch-cpu" / "metadata.json"
+    metadata = {key: value for key, value in json.loads(path.read_text()).items() if key != "kernels-minver"}
+    path.write_text(json.dumps({**metadata, "upstream": "https://github.com/example/elsewhere"}))
+    messages = [v.message for v in check_build(broken, source_root=source, import_check=False)]
+    assert "no kernels-minver (kernel-builder writes it)" in messages
+    assert "upstream is 'https://github.com/example/elsewhere', build.toml says None" in messages
+
+
 def test_check_reports_bytecode(broken, source):
     (broken / "torch-cpu" / "__pycache__").mkdir()
     assert "[layout] torch-cpu/__pycache__: Python bytecode must not be part of a build" in violations_of(
@@ -201,3 +212,53 @@ def test_without_a_git_revision_the_id_is_a_content_hash(source, tmp_path, has_r
     again = metadata_of(build_variants(tmp_path / "again", plain)[0])
     assert first.id.startswith("_fused_geglu_cpu_nogit_") and first.id == again.id
     assert first.provenance.kernel is None
+
+
+# --- metadata.json fields that build.toml controls ---------------------------------
+
+UPSTREAM = "https://github.com/example/fused-geglu-upstream"
+SOURCE = "https://github.com/example/fused-geglu"
+
+
+def tiny_source(root: Path, general: str = "", tables: str = "") -> Path:
+    """A minimal noarch kernel source (build.toml and an __init__.py) for metadata tests."""
+    (root / "torch-ext" / "tiny_kernel").mkdir(parents=True)
+    (root / "torch-ext" / "tiny_kernel" / "__init__.py").write_text("__all__ = []\n")
+    (root / "build.toml").write_text(
+        '[general]\nname = "tiny-kernel"\nversion = 1\nedition = 5\nlicense = "Apache-2.0"\n'
+        f'backends = ["cpu", "cuda"]\n{general}\n{tables}\n[torch-noarch]\n'
+    )
+    return root
+
+
+def test_upstream_and_source_are_written_when_set(tmp_path):
+    source = tiny_source(tmp_path / "source", f'upstream = "{UPSTREAM}"\nsource = "{SOURCE}"')
+    for variant in build_variants(tmp_path / "build", source):
+        metadata = metadata_of(variant)
+        assert (metadata.upstream, metadata.source) == (UPSTREAM, SOURCE)
+        assert str(metadata.kernels_minver) == KERNELS_MINVER
+        metadata.digest.validate(Digest.hash_variant(DigestAlgorithm.SHA256, variant))
+
+
+def test_known_python_depends_go_to_their_backends(tmp_path):
+    source = tiny_source(
+        tmp_path / "source", 'python-depends = ["einops"]', '[general.cuda]\npython-depends = ["nvidia-cutlass-dsl"]\n'
+    )
+    build = tmp_path / "build"
+    build_variants(build, source)
+    assert metadata_of(build / "torch-cpu").python_depends == ["einops"]
+    assert metadata_of(build / "torch-cuda").python_depends == ["einops", "nvidia-cutlass-dsl"]
+
+
+@pytest.mark.parametrize(
+    ("general", "tables", "message"),
+    [
+        ('python-depends = ["numpy"]', "", r"unknown python-depends 'numpy' in \[general\]; kernels accepts there: e"),
+        ("", '[general.cuda]\npython-depends = ["einops"]\n', r"'einops' in \[general.cuda\]; .*nvidia-cutlass-dsl"),
+    ],
+)
+def test_unknown_python_depends_are_refused_at_build_time(tmp_path, general, tables, message):
+    source = tiny_source(tmp_path / "source", general, tables)
+    with pytest.raises(ConfigError, match=message):
+        build_variants(tmp_path / "build", source)
+    assert not (tmp_path / "build").exists()

@@ -21,5 +21,5 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
     tomlkit==0.15.2 fastapi==0.165.0 starlette==1.10.0 uvicorn==0.55.0 pydantic==2.14.4 pydantic-core==2.50.5 \
     annotated-types==0.8.0 annotated-doc==0.0.7 typing-inspection==0.4.5 typing_extensions==4.16.0 \
     opentelemetry-api==1.45.2 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5 idna==3.20 anyio==4.16.0 \
-    click==8.5.1 accelerate==1.16.0 psutil==7.2.2
+    click==8.5.1 tabulate==0.10.0 accelerate==1.16.0 psutil==7.2.2
 echo "wheels in .whl/: $(ls .whl | wc -l)"

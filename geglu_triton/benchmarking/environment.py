@@ -19,6 +19,8 @@ from types import ModuleType
 
 import torch
 
+from ..errors import UsageError
+
 
 def benchmark_device() -> torch.device:
     """The first CUDA (or ROCm) GPU when there is one, else the CPU."""
@@ -43,10 +45,12 @@ def utc_now() -> datetime.datetime:
 
 
 def default_results_dir(device: torch.device) -> Path:
-    """``benchmarks/results/<UTC date>-<device slug>/`` in the repository."""
-    from geglu_triton import REPO_ROOT
+    """``<UTC date>-<device slug>/`` in the current directory: a run never writes into the package's tree.
 
-    return REPO_ROOT / "benchmarks" / "results" / f"{utc_now():%Y-%m-%d}-{device_slug(device)}"
+    Results that belong to the repository are written there on purpose, with
+    ``--out benchmarks/results/<date>-<device>`` (or by running from ``benchmarks/results``).
+    """
+    return Path.cwd() / f"{utc_now():%Y-%m-%d}-{device_slug(device)}"
 
 
 def _version(distribution: str) -> str | None:
@@ -135,7 +139,7 @@ def load_kernel(kernel_dir: Path | None) -> LoadedKernel:
         build_variants(kernel_dir)
     kernel_dir = Path(kernel_dir).resolve()
     if not kernel_dir.is_dir():
-        raise FileNotFoundError(
+        raise UsageError(
             f"--kernel-dir {kernel_dir} is not a directory (build one with `python -m geglu_triton build`)"
         )
     return LoadedKernel(module=get_local_kernel(kernel_dir), build_dir=kernel_dir, _temporary=temporary)

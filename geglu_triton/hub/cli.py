@@ -9,6 +9,8 @@ import signal
 import threading
 from pathlib import Path
 
+from ..errors import UserError
+
 TOKEN_ENV_VAR = "GEGLU_HUB_TOKEN"
 
 
@@ -70,7 +72,11 @@ def run(args: argparse.Namespace) -> int:
         limits=limits,
         log_level=args.log_level,
     )
-    with hub:
+    with contextlib.ExitStack() as running:
+        try:
+            running.enter_context(hub)
+        except OSError as err:  # the port is taken, or the data directory cannot be used
+            raise UserError(str(err)) from err
         print(f"Local Hub serving {hub.data_dir.resolve()} on {hub.endpoint}", flush=True)
         print(f"Point huggingface_hub and kernels at it with:\n  export HF_ENDPOINT={hub.endpoint}", flush=True)
         print(

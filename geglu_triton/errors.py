@@ -1,0 +1,199 @@
+"""The errors every command reports in one line, and the translation of Hub and network errors.
+
+``UserError`` is a mistake or failure the user can act on: the command line
+prints its message as one line on stderr and exits 1 (``UsageError``: 2, a
+wrong argument). Modules raise these (or subclasses: ``PublishError``,
+``BuildError``, ``ConfigError``); ``cli.main`` is the one place that prints
+them. Errors of huggingface_hub and its HTTP clients (httpx2, requests) are
+translated by ``from_hub_error`` into a ``UserError`` that says what was sent,
+where, and what to do; the advice to request kernel-publishing access applies
+to huggingface.co only.
+
+Repository ids and endpoints are checked by ``validate_repo_id`` and
+``validate_endpoint`` before any request is made.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+#: The Hub whose rules (kernel-publishing approval) the huggingface.co-only advice is about.
+HUGGINGFACE_CO = "huggingface.co"
+KERNEL_ACCESS_URL = "https://huggingface.co/settings/account"
+LOCAL_HUB_HINT = "start a local Hub with `python -m geglu_triton hub serve --data DIR`, or fix --endpoint"
+
+# What OpenSSL says when an https client gets a plain-HTTP answer.
+_PLAIN_HTTP_ANSWER = ("WRONG_VERSION_NUMBER", "wrong version number", "record layer failure", "packet length too long")
+# What the resolver says for a host name it cannot resolve (glibc, macOS, no DNS at all).
+_UNRESOLVED_HOST = ("name or service not known", "nodename nor servname", "temporary failure in name resolution")
+# A Hub repository id: "<namespace>/<name>", each part as huggingface_hub's validator accepts it.
+_REPO_PART = re.compile(r"^(?![-.])(?!.*(--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])$")
+
+
+class UserError(Exception):
+    """A mistake or failure the user can act on; the message says what went wrong and what to do."""
+
+    exit_code = 1
+
+
+class UsageError(UserError):
+    """A wrong argument on the command line (exit code 2, as argparse's own errors)."""
+
+    exit_code = 2
+
+
+def validate_repo_id(repo_id: str, *, option: str = "--repo-id") -> str:
+    """``repo_id`` when it is ``<namespace>/<name>``; a UsageError naming the mistake otherwise."""
+    parts = repo_id.split("/")
+    if len(parts) != 2:
+        raise UsageError(
+            f"{option} {repo_id!r} is not a kernel repository id: expected <namespace>/<name> "
+            f"(one '/', e.g. org/fused-geglu), got {len(parts)} part(s)"
+        )
+    bad = [part for part in parts if not _REPO_PART.match(part)]
+    if bad:
+        raise UsageError(
+            f"{option} {repo_id!r}: {bad[0]!r} is not a valid namespace or name (letters, digits, '-', '_', '.'; "
+            "at most 96; no leading or trailing '-' or '.', no '--' or '..')"
+        )
+    return repo_id
+
+
+def validate_endpoint(endpoint: str, *, option: str = "--endpoint") -> str:
+    """``endpoint`` without a trailing '/' when it is an http(s) URL; a UsageError otherwise."""
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        guess = f"http://{endpoint}" if "://" not in endpoint else None
+        suggestion = f": did you mean {guess}?" if guess else ""
+        raise UsageError(f"{option} {endpoint!r} is not an http:// or https:// URL{suggestion}")
+    try:
+        parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError:
+        raise UsageError(f"{option} {endpoint!r} has an invalid port") from None
+    if not parts.hostname:
+        raise UsageError(f"{option} {endpoint!r} has no host name")
+    return endpoint.rstrip("/")
+
+
+def is_huggingface_co(endpoint: str) -> bool:
+    host = urlsplit(endpoint).hostname or ""
+    return host == HUGGINGFACE_CO or host.endswith(f".{HUGGINGFACE_CO}")
+
+
+def _request_line(err: BaseException) -> str:
+    """``METHOD URL`` of the request an HTTP error belongs to, or '' when unknown."""
+    request = None
+    response = getattr(err, "response", None)
+    for holder in (err, response):
+        if holder is None:
+            continue
+        try:
+            request = holder.request
+        except (AttributeError, RuntimeError):  # httpx raises RuntimeError when no request is attached
+            continue
+        if request is not None:
+            break
+    if request is None:
+        return ""
+    return f"{request.method} {request.url}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _network_error(err: BaseException, endpoint: str) -> UserError:
+    text = str(err)
+    sent = _request_line(err) or endpoint
+    host = urlsplit(endpoint).netloc or endpoint
+    if any(sign in text for sign in _PLAIN_HTTP_ANSWER):
+        plain = endpoint.replace("https://", "http://", 1)
+        return UserError(
+            f"{sent}: the TLS handshake with {host} failed ({_one_line(text)}): that server speaks plain HTTP "
+            f"(as the local Hub does); use --endpoint {plain}"
+        )
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return UserError(
+            f"{sent}: the certificate of {host} is not trusted ({_one_line(text)}); point SSL_CERT_FILE at the "
+            "right CA bundle"
+        )
+    if "refused" in text.lower():
+        hint = "check your network" if is_huggingface_co(endpoint) else f"is the Hub running? {LOCAL_HUB_HINT}"
+        return UserError(f"{sent}: connection refused by {host}: {hint}")
+    if any(sign in text.lower() for sign in _UNRESOLVED_HOST):
+        return UserError(
+            f"{sent}: unknown host {urlsplit(endpoint).hostname!r} (no DNS answer): check the spelling of --endpoint "
+            "and this machine's network"
+        )
+    if "timed out" in text.lower() or "Timeout" in type(err).__name__:
+        return UserError(f"{sent}: {host} did not answer in time; check that it is up and reachable")
+    return UserError(f"{sent}: cannot reach {host}: {_one_line(text) or type(err).__name__}")
+
+
+def _http_error(err, endpoint: str, *, token_sent: bool) -> UserError:
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    response = err.response
+    status = response.status_code if response is not None else None
+    sent = _request_line(err) or endpoint
+    reason = _one_line(getattr(err, "server_message", None) or "") or "no reason given"
+    if status == 401:
+        if not token_sent:
+            return UserError(
+                f"{sent}: 401, the Hub at {endpoint} needs a token and none was sent: pass --token, set HF_TOKEN, "
+                "or log in with `hf auth login`"
+            )
+        return UserError(
+            f"{sent}: 401, the Hub at {endpoint} does not accept the token that was sent ({reason}): check --token "
+            "or HF_TOKEN (the stored login is used only without them)"
+        )
+    if status == 403:
+        if is_huggingface_co(endpoint):
+            return UserError(
+                f"{sent}: 403 Forbidden ({reason}): this account may not publish kernels there; publishing kernels "
+                f"on {HUGGINGFACE_CO} needs approval: request it at {KERNEL_ACCESS_URL} (\"Request Kernels Creation\")"
+            )
+        return UserError(
+            f"{sent}: 403 Forbidden ({reason}): the Hub at {endpoint} refuses this token for this write; "
+            "use the token that Hub was started with (its --token or GEGLU_HUB_TOKEN)"
+        )
+    if isinstance(err, (RepositoryNotFoundError, GatedRepoError)):
+        return UserError(f"{sent}: the repository does not exist on {endpoint} (or this token cannot see it)")
+    if isinstance(err, RevisionNotFoundError):
+        return UserError(f"{sent}: no such branch or revision on {endpoint}")
+    if isinstance(err, EntryNotFoundError):
+        return UserError(f"{sent}: no such file on {endpoint}")
+    return UserError(f"{sent}: the Hub at {endpoint} answered {status}: {reason}")
+
+
+def from_hub_error(err: BaseException, *, endpoint: str, token_sent: bool) -> UserError | None:
+    """A one-line UserError for a Hub, HTTP or network error of a request to ``endpoint``; None for others."""
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+    if isinstance(err, OfflineModeIsEnabled):
+        return UserError(f"HF_HUB_OFFLINE is set, so no request to {endpoint} was made: unset it to reach the Hub")
+    if isinstance(err, HfHubHTTPError) and err.response is not None:
+        return _http_error(err, endpoint, token_sent=token_sent)
+    network_errors: list[type[BaseException]] = []
+    try:
+        import httpx2
+
+        network_errors.append(httpx2.TransportError)
+    except ImportError:
+        pass
+    try:
+        import requests
+
+        network_errors.append(requests.exceptions.ConnectionError)
+        network_errors.append(requests.exceptions.Timeout)
+    except ImportError:
+        pass
+    if network_errors and isinstance(err, tuple(network_errors)):
+        return _network_error(err, endpoint)
+    return None

@@ -1,0 +1,173 @@
+"""The command line answers every mistake in one line (``geglu_triton.cli.main``), with the right exit code.
+
+Each test runs ``main()`` in this process and checks that stderr holds exactly
+one line, ``geglu-triton <command>: error: ...``, that it names the problem,
+and the exit code: 2 for a wrong argument, 1 for a failure, 130 for Ctrl-C.
+Publishing tests skip ``check``'s import of the build (a subprocess, seconds):
+what they exercise is the Hub side.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import httpx2
+import pytest
+from huggingface_hub.errors import HfHubHTTPError
+
+from geglu_triton import publish as publish_module
+from geglu_triton.cli import EXIT_INTERRUPTED, main
+from geglu_triton.errors import UsageError, from_hub_error, validate_endpoint, validate_repo_id
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str]:
+    """(exit code, the one stderr line); fails unless stderr is exactly one line."""
+    code = main(list(argv))
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    return code, lines[0]
+
+
+def refused_endpoint() -> str:
+    """An http endpoint on a loopback port that nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+def publish_args(build_dir, monkeypatch):
+    """``publish`` of the session's build, with ``check`` reduced to its static part."""
+    monkeypatch.setattr(publish_module, "check_build", lambda *args, **kwargs: [])
+    return ["publish", "--build", str(build_dir), "--allow-dirty"]
+
+
+# --- usage errors: exit 2, before any request ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("repo_id", "expected"),
+    [("fused-geglu", "got 1 part"), ("org/team/fused-geglu", "got 3 part"), ("org/-bad", "'-bad' is not a valid")],
+)
+def test_a_malformed_repo_id_is_a_usage_error(capsys, repo_id, expected):
+    code, line = run_cli(capsys, "publish", "--repo-id", repo_id, "--endpoint", refused_endpoint())
+    assert code == 2
+    assert line.startswith("geglu-triton publish: error: --repo-id") and repr(repo_id) in line and expected in line
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "expected"),
+    [("localhost:8080", "did you mean http://localhost:8080?"), ("ftp://host", "not an http:// or https:// URL"),
+     ("http://host:port", "invalid port")],
+)
+def test_a_malformed_endpoint_is_a_usage_error(capsys, endpoint, expected):
+    code, line = run_cli(capsys, "publish", "--repo-id", "org/k", "--endpoint", endpoint)
+    assert code == 2 and f"--endpoint {endpoint!r}" in line and expected in line
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], "geglu-triton: error: the following arguments are required: COMMAND"),
+        (["nope"], "geglu-triton: error: argument COMMAND: invalid choice: 'nope'"),
+        (["hub", "serve"], "geglu-triton hub: error: the following arguments are required: --data"),
+        (["publish", "--bogus"], "geglu-triton publish: error: unrecognized arguments: --bogus"),
+    ],
+)
+def test_argparse_errors_are_one_line_too(capsys, argv, expected):
+    code, line = run_cli(capsys, *argv)
+    assert code == 2 and line.startswith(expected) and line.endswith("--help)")
+
+
+def test_validators_accept_what_the_hub_accepts():
+    assert validate_repo_id("kernels-community/activation") == "kernels-community/activation"
+    assert validate_endpoint("http://127.0.0.1:8080/") == "http://127.0.0.1:8080"
+    with pytest.raises(UsageError, match="'..'"):
+        validate_repo_id("org/a..b")
+
+
+def test_a_missing_kernel_dir_is_a_usage_error(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, line = run_cli(capsys, "bench", "--kernel-dir", str(tmp_path / "missing"))
+    assert code == 2 and "--kernel-dir" in line and "is not a directory" in line
+    assert list(tmp_path.iterdir()) == []  # no results directory for a run that never started
+
+
+# --- network failures: exit 1, naming what was sent -------------------------------
+
+
+def test_no_server_on_the_port(capsys, publish_args):
+    endpoint = refused_endpoint()
+    code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", endpoint)
+    assert code == 1
+    assert f"POST {endpoint}/api/repos/create" in line and "connection refused" in line and "hub serve" in line
+
+
+def test_an_unknown_host(capsys, publish_args):
+    code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", "http://no-such-host.invalid")
+    assert code == 1 and "unknown host 'no-such-host.invalid'" in line
+
+
+def test_https_against_a_plain_http_server(capsys, publish_args, hub):
+    https = hub.endpoint.replace("http://", "https://")
+    code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", https)
+    assert code == 1 and "TLS handshake" in line and f"use --endpoint {hub.endpoint}" in line
+
+
+# --- the Hub refuses: exit 1, the right advice for the right Hub -------------------
+
+
+def test_no_token(capsys, publish_args, hub, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN")
+    code, line = run_cli(capsys, *publish_args, "--repo-id", "org/no-token", "--endpoint", hub.endpoint)
+    assert code == 1 and "401" in line and "none was sent" in line and "does not accept" not in line
+
+
+def test_a_wrong_token_against_the_local_hub(capsys, publish_args, hub):
+    code, line = run_cli(
+        capsys, *publish_args, "--repo-id", "org/wrong-token", "--endpoint", hub.endpoint, "--token", "hf_wrong"
+    )
+    assert code == 1 and "403 Forbidden" in line and "started with" in line
+    assert "huggingface.co" not in line and "hf_wrong" not in line
+
+
+def test_the_approval_advice_is_for_huggingface_co_only():
+    def forbidden(endpoint: str):
+        request = httpx2.Request("POST", f"{endpoint}/api/repos/create")
+        err = HfHubHTTPError("403 Forbidden", response=httpx2.Response(403, request=request))
+        return str(from_hub_error(err, endpoint=endpoint, token_sent=True))
+
+    assert "Request Kernels Creation" in forbidden("https://huggingface.co")
+    assert "Request Kernels Creation" not in forbidden("http://127.0.0.1:8080")
+
+
+# --- Ctrl-C, bugs, --verbose ------------------------------------------------------
+
+
+def test_ctrl_c(capsys, publish_args, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(publish_module, "publish", interrupted)
+    code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", refused_endpoint())
+    assert code == EXIT_INTERRUPTED and line == "geglu-triton publish: error: interrupted (Ctrl-C)"
+
+
+def test_an_unexpected_error_is_one_line_and_verbose_adds_the_traceback(capsys, publish_args, monkeypatch):
+    def broken(*args, **kwargs):
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(publish_module, "publish", broken)
+    args = [*publish_args, "--repo-id", "org/k", "--endpoint", refused_endpoint()]
+    code, line = run_cli(capsys, *args)
+    assert code == 1 and "unexpected TypeError: a bug" in line and "--verbose" in line
+
+    assert main([*args, "--verbose"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and err.splitlines()[-1].endswith("unexpected TypeError: a bug")
+
+
+def test_hub_serve_on_a_taken_port(capsys, tmp_path, hub):
+    port = hub.endpoint.rsplit(":", 1)[1]
+    code, line = run_cli(capsys, "hub", "serve", "--data", str(tmp_path / "data"), "--port", port)
+    assert code == 1 and f"cannot listen on 127.0.0.1:{port}" in line
