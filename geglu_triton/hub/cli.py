@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -18,7 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "serve",
         help="serve kernel repositories to huggingface_hub and kernels clients (through HF_ENDPOINT)",
         description="Serve kernel (and model) repositories, stored as bare git repositories under --data, "
-        "to unmodified huggingface_hub and kernels clients.",
+        "to unmodified huggingface_hub and kernels clients. One server per data directory: a second one "
+        "on the same --data is refused, and a server clears what a killed one left there when it starts. "
+        "A commit body is streamed: the server holds about twice its largest file (base64) at a time.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument(
@@ -36,15 +39,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--token",
+        type=_token,
         default=os.environ.get(TOKEN_ENV_VAR),
-        help=f"token required for writes (default: ${TOKEN_ENV_VAR}; without one, writes are open)",
+        help=f"token required for writes (default: ${TOKEN_ENV_VAR}; without one, writes are open; "
+        "an empty one is refused)",
     )
     serve.add_argument(
         "--max-commit-bytes",
         type=_positive_int,
         default=None,
         metavar="N",
-        help="largest accepted commit request body, in bytes (default: 2 GiB)",
+        help="largest accepted commit request body, in bytes; larger ones get 413 (default: 64 MiB, room "
+        "for ten times a kernel build of a few MB, base64-encoded; the server's memory per commit in "
+        "flight is about twice the largest file in it)",
     )
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
@@ -56,9 +63,19 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _token(text: str) -> str:
+    from .server import check_token
+
+    try:
+        return check_token(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error} (from --token or ${TOKEN_ENV_VAR})") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from .background import LocalHub
     from .server import HubLimits
+    from .storage import DataDirectoryInUse
 
     limits = HubLimits() if args.max_commit_bytes is None else HubLimits(max_commit_bytes=args.max_commit_bytes)
     hub = LocalHub(
@@ -70,7 +87,12 @@ def run(args: argparse.Namespace) -> int:
         limits=limits,
         log_level=args.log_level,
     )
-    with hub:
+    with contextlib.ExitStack() as running:
+        try:
+            running.enter_context(hub)
+        except (DataDirectoryInUse, OSError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
         print(f"Local Hub serving {hub.data_dir.resolve()} on {hub.endpoint}", flush=True)
         print(f"Point huggingface_hub and kernels at it with:\n  export HF_ENDPOINT={hub.endpoint}", flush=True)
         print(
