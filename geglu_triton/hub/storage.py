@@ -304,8 +304,11 @@ class Repository:
     def pull_requests(self) -> dict[int, str]:
         """Pull request number -> head commit id, sorted by number."""
         out = self._git("for-each-ref", "--format=%(refname)%00%(objectname)", "refs/pr/")
-        refs = (line.split("\0") for line in out.splitlines())
-        return dict(sorted((int(match[1]), commit) for ref, commit in refs if (match := _PULL_REQUEST_REF.fullmatch(ref))))
+        numbered = {}
+        for ref, commit in (line.split("\0") for line in out.splitlines()):
+            if match := _PULL_REQUEST_REF.fullmatch(ref):
+                numbered[int(match[1])] = commit
+        return dict(sorted(numbered.items()))
 
     def branch_head(self, branch: str) -> str | None:
         """The head commit of ``branch``, or None when there is no such branch."""
