@@ -108,6 +108,17 @@ def test_lone_surrogates_are_refused(hub, repo, route, body, problem):
     assert _refs(hub) == before
 
 
+def test_a_refused_commit_leaves_no_object_behind(hub, repo):
+    """The blobs of earlier lines of a commit refused on a later line never reach the repository."""
+    objects = hub.data_dir / "repos" / "kernel" / f"{REPO}.git" / "objects"
+    before = sorted(objects.rglob("*"))
+    body = ndjson(header_line(), file_line("new.bin", os.urandom(64)), {"key": "nonsense", "value": {}})
+    response = http("POST", f"{hub.endpoint}/api/kernels/{repo}/commit/main", body=body, token=TOKEN)
+    _assert_refused(response, 400, "line 3 (nonsense): unknown key")
+    assert sorted(objects.rglob("*")) == before
+    assert list((hub.data_dir / "tmp").iterdir()) == []
+
+
 def test_nul_in_a_commit_message_is_refused(hub, repo):
     url = f"{hub.endpoint}/api/kernels/{repo}/commit/main"
     response = http("POST", url, body=ndjson(header_line("a\0b")), token=TOKEN)

@@ -39,6 +39,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, quote_from_bytes, unquote
 
@@ -452,8 +453,8 @@ class _HubApi:
     async def commit(self, request: Request) -> Response:
         """An NDJSON commit: a header line, then file / deletedFile / deletedFolder lines, applied in order.
 
-        Each line is parsed, and a file line's blob written (moving no ref), in a worker thread as it
-        arrives; the revision moves once, at the end. With ``create_pr`` the revision stays where it
+        Each line is parsed, and a file line's blob written to the commit's object quarantine, in a
+        worker thread as it arrives; the revision moves once, at the end. With ``create_pr`` the revision stays where it
         is and the commit opens a pull request, ``refs/pr/<N>``.
         """
         repo = self._repo(request)
@@ -461,20 +462,22 @@ class _HubApi:
         header: dict[str, str | None] | None = None
         operations: list[CommitOperation] = []
         number = 0
-        async for line in _body_lines(request, self.limits.max_commit_bytes):
-            number += 1
-            read = await run_in_threadpool(_read_commit_line, repo, number, line, first=header is None)
-            if read is None:
-                continue
+        with repo.quarantine() as staged:  # a refused commit leaves no object behind
+            async for line in _body_lines(request, self.limits.max_commit_bytes):
+                number += 1
+                read = await run_in_threadpool(_read_commit_line, repo, staged, number, line, first=header is None)
+                if read is None:
+                    continue
+                if header is None:
+                    header = read
+                else:
+                    operations.append(read)
             if header is None:
-                header = read
-            else:
-                operations.append(read)
-        if header is None:
-            raise ApiError(400, "empty commit body: expected NDJSON lines, starting with a 'header' line")
-        result = await run_in_threadpool(
-            functools.partial(repo.commit, request.path_params["revision"], operations, create_pr=create_pr, **header)
-        )
+                raise ApiError(400, "empty commit body: expected NDJSON lines, starting with a 'header' line")
+            commit = functools.partial(
+                repo.commit, request.path_params["revision"], operations, create_pr=create_pr, quarantine=staged
+            )
+            result = await run_in_threadpool(commit, **header)
         pull_request_url = None
         if result.pull_request is not None:
             pull_request_url = f"{_repo_url(request, repo)}/discussions/{result.pull_request}"
@@ -519,10 +522,10 @@ class _HubApi:
 
 
 def _read_commit_line(
-    repo: Repository, number: int, line: bytearray, *, first: bool
+    repo: Repository, quarantine: Path, number: int, line: bytearray, *, first: bool
 ) -> dict[str, str | None] | CommitOperation | None:
     """One line of an NDJSON commit: the header's fields if ``first``, else an operation (a file
-    line's blob is written now); None for a blank line. Its memory is freed when this returns."""
+    line's blob is written to ``quarantine`` now); None for a blank line. Its memory is freed when this returns."""
     item = _parse_ndjson_line(number, line)
     if item is None:
         return None
@@ -533,7 +536,7 @@ def _read_commit_line(
         return _commit_header(value)
     if key == "header":
         raise ApiError(400, f"line {number}: only the first line may be a 'header'")
-    return _commit_operation(repo, number, key, value)
+    return _commit_operation(repo, quarantine, number, key, value)
 
 
 def _commit_header(value: dict[str, Any]) -> dict[str, str | None]:
@@ -548,7 +551,9 @@ def _commit_header(value: dict[str, Any]) -> dict[str, str | None]:
     return header
 
 
-def _commit_operation(repo: Repository, number: int, key: str, value: dict[str, Any]) -> CommitOperation:
+def _commit_operation(
+    repo: Repository, quarantine: Path, number: int, key: str, value: dict[str, Any]
+) -> CommitOperation:
     """Turn one NDJSON operation line into a storage operation; a ``file`` line's blob is written now."""
     where = f"line {number} ({key})"
     if key == "file":
@@ -564,7 +569,7 @@ def _commit_operation(repo: Repository, number: int, key: str, value: dict[str, 
             data = content.encode("utf-8")
         else:
             raise ApiError(400, f"{where}: unsupported encoding {encoding!r} (use 'base64' or 'utf-8')")
-        return AddFile(path, repo.write_blob(data))
+        return AddFile(path, repo.write_blob(data, quarantine))
     if key == "deletedFile":
         return DeleteFile(_checked_path(_required_string(value, "path", where), where=where))
     if key == "deletedFolder":

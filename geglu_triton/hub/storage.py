@@ -11,9 +11,11 @@ Hub), so a repository can be
 inspected, cloned or backed up with plain git. Everything goes through git plumbing commands:
 blobs are written with ``hash-object -w``, trees are built in a throw-away index file
 (``update-index --index-info`` + ``write-tree``), commits with ``commit-tree``, and the branch is
-moved last with ``update-ref <new> <expected old>``, an atomic compare-and-swap. A crash at any
-point before that last step leaves the branch where it was; the objects written so far are
-unreferenced and harmless (``git gc`` removes them).
+moved last with ``update-ref <new> <expected old>``, an atomic compare-and-swap. The objects of a
+commit are written to a quarantine directory under ``tmp/`` (as ``git receive-pack`` does) and
+moved into the repository just before that last step, so a refused commit leaves nothing in it.
+A crash at any point before the branch moves leaves the branch where it was; at worst the moved
+objects are unreferenced and harmless (``git gc`` removes them).
 
 Writes to one repository are serialized by an ``flock`` on a file inside it. Paths and names that
 come from clients are validated before they reach git, and nothing is written outside the data
@@ -378,9 +380,19 @@ class Repository:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def write_blob(self, content: bytes) -> str:
-        """Store ``content`` as a git blob and return its id. Safe at any time: it moves no branch."""
-        return self._git("hash-object", "-w", "--stdin", input=content).strip()
+    @contextlib.contextmanager
+    def quarantine(self) -> Iterator[Path]:
+        """An object directory for one commit's objects (``write_blob(..., quarantine)``): they stay out
+        of the repository until ``commit(..., quarantine=...)`` moves them in, and are deleted on exit."""
+        staged = Path(tempfile.mkdtemp(dir=self._tmp_dir, prefix="objects-"))
+        try:
+            yield staged
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+
+    def write_blob(self, content: bytes, quarantine: Path | None = None) -> str:
+        """Store ``content`` as a git blob (in ``quarantine`` if given) and return its id. Moves no branch."""
+        return self._git("hash-object", "-w", "--stdin", input=content, env=_object_env(self, quarantine)).strip()
 
     def create_branch(self, branch: str, start_revision: str | None = None) -> str:
         """Create ``branch`` at ``start_revision`` (default: the head of main); return its commit."""
@@ -411,12 +423,14 @@ class Repository:
         description: str = "",
         parent_commit: str | None = None,
         create_pr: bool = False,
+        quarantine: Path | None = None,
     ) -> CommitResult:
         """Apply ``operations`` in order on top of ``revision`` (a branch or ``refs/pr/<N>``).
 
         ``parent_commit`` (a full or abbreviated commit id), when given, must be the head of ``revision``.
         With ``create_pr`` the revision does not move: the commit opens the next pull request,
         ``refs/pr/<N>``, as the Hub does. A commit that changes nothing is still recorded, as an empty commit.
+        ``quarantine`` holds the blobs that ``operations`` add, if they were written to one.
         """
         if parent_commit is not None:
             if not _PARENT_COMMIT.fullmatch(parent_commit.lower()):
@@ -439,11 +453,11 @@ class Repository:
             for operation in operations:
                 operation.apply_to(files)
             _check_no_file_folder_clash(files)
+            store = functools.partial(self._store_commit, files, parent=head, message=message, quarantine=quarantine)
             if not create_pr:
-                return CommitResult(self._store_commit(files, parent=head, message=message, ref=ref), None)
+                return CommitResult(store(ref=ref), None)
             number = max(self.pull_requests(), default=0) + 1
-            commit = self._store_commit(files, parent=head, message=message, ref=f"refs/pr/{number}", new_ref=True)
-            return CommitResult(commit, number)
+            return CommitResult(store(ref=f"refs/pr/{number}", new_ref=True), number)
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -455,15 +469,32 @@ class Repository:
         return head or None
 
     def _store_commit(
-        self, files: FileMap, *, parent: str | None, message: str, ref: str, new_ref: bool = False
+        self,
+        files: FileMap,
+        *,
+        parent: str | None,
+        message: str,
+        ref: str,
+        new_ref: bool = False,
+        quarantine: Path | None = None,
     ) -> str:
         """Write the tree of ``files`` and a commit of it on top of ``parent``, then point ``ref`` at it:
         ``ref`` must still be at ``parent``, or not exist yet when ``new_ref``."""
-        tree = self._write_tree(files)
+        objects = _object_env(self, quarantine)
+        tree = self._write_tree(files, objects)
         parents = ("-p", parent) if parent else ()
-        commit = self._git("commit-tree", tree, *parents, input=message.encode()).strip()
+        commit = self._git("commit-tree", tree, *parents, input=message.encode(), env=objects).strip()
+        if quarantine is not None:
+            self._admit_objects(quarantine)
         self._move_ref(ref, commit, expected=None if new_ref else parent)
         return commit
+
+    def _admit_objects(self, quarantine: Path) -> None:
+        """Move the loose objects of ``quarantine`` into the repository, each with an atomic rename."""
+        for staged in quarantine.glob("??/*"):
+            target = self.git_dir / "objects" / staged.parent.name / staged.name
+            target.parent.mkdir(exist_ok=True)
+            os.replace(staged, target)  # an object's content is its name: replacing one changes nothing
 
     def _move_ref(self, ref: str, new: str, *, expected: str | None) -> None:
         """Point ``ref`` at ``new`` if it is still at ``expected`` (None: does not exist yet).
@@ -480,10 +511,10 @@ class Repository:
     def _files(self, commit: str) -> FileMap:
         return {entry.path: (entry.mode, entry.oid) for entry in self._ls_tree_raw("-r", commit)}
 
-    def _write_tree(self, files: FileMap) -> str:
+    def _write_tree(self, files: FileMap, objects_env: Mapping[str, str]) -> str:
         records = b"".join(f"{mode} {oid}\t{path}".encode() + b"\0" for path, (mode, oid) in sorted(files.items()))
         with tempfile.TemporaryDirectory(dir=self._tmp_dir, prefix="index-") as scratch:
-            index_env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+            index_env = {"GIT_INDEX_FILE": str(Path(scratch) / "index"), **objects_env}
             self._git("update-index", "-z", "--index-info", input=records, env=index_env)
             return self._git("write-tree", env=index_env).strip()
 
@@ -537,6 +568,13 @@ class _RawTreeEntry:
     type: str  # git object type: "blob", "tree" or "commit"
     oid: str
     size: int
+
+
+def _object_env(repo: Repository, quarantine: Path | None) -> dict[str, str]:
+    """git's environment to write new objects to ``quarantine`` while reading the repository's too."""
+    if quarantine is None:
+        return {}
+    return {"GIT_OBJECT_DIRECTORY": str(quarantine), "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(repo.git_dir / "objects")}
 
 
 def _writable_ref(revision: str) -> str:
