@@ -85,6 +85,7 @@ _URL_PREFIXES = {"kernel": "kernels/", "model": ""}
 _TRUE_VALUES = ("1", "true")
 _FALSE_VALUES = ("", "0", "false")
 _DECIMAL = re.compile(r"[0-9]{1,18}")  # ASCII digits only ('²'.isdigit() is true), and a size int() accepts
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 _TOKEN = re.compile(r"[!-~]+")  # visible ASCII: what an Authorization header can carry unchanged
 _log = logging.getLogger("uvicorn.error")  # the server's log, formatted and leveled by uvicorn
 
@@ -734,9 +735,10 @@ def _error_response(
     headers: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Response:
-    # Header values must be latin-1 and the body UTF-8; client input quoted in a message may be neither.
+    # The body must be UTF-8 and a header visible ASCII; client input quoted in a message may be neither.
     message = message.encode("utf-8", "backslashreplace").decode()
-    response_headers = {"X-Error-Message": message.encode("ascii", "backslashreplace").decode()}
+    header = _CONTROL_CHARACTER.sub(lambda match: f"\\x{ord(match[0]):02x}", message)
+    response_headers = {"X-Error-Message": header.encode("ascii", "backslashreplace").decode()}
     if code:
         response_headers["X-Error-Code"] = code
     response_headers.update(headers or {})
