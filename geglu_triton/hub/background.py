@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import uvicorn
+from fastapi import FastAPI
 
 from .server import HubLimits, create_app
 
@@ -53,7 +54,7 @@ class LocalHub:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
-        self._app = None
+        self.app: FastAPI | None = None  # the application while the server runs
 
     @property
     def endpoint(self) -> str:
@@ -61,7 +62,7 @@ class LocalHub:
         return f"http://{host}:{self.port}"
 
     def __enter__(self) -> LocalHub:
-        self._app = app = create_app(
+        self.app = app = create_app(
             self.data_dir, trusted_orgs=self.trusted_orgs, token=self._token, limits=self._limits
         )
         # Bind here rather than in uvicorn, so that the port (also a chosen-by-the-OS one) is known
@@ -101,6 +102,6 @@ class LocalHub:
             self._thread.join(_SHUTDOWN_TIMEOUT_S)
         if self._socket is not None:
             self._socket.close()
-        if self._app is not None:
-            self._app.state.storage.close()  # the data directory is free for another server
-        self._server = self._thread = self._socket = self._app = None
+        if self.app is not None:
+            self.app.state.storage.close()  # the data directory is free for another server
+        self._server = self._thread = self._socket = self.app = None
