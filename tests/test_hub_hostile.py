@@ -125,6 +125,16 @@ def test_nul_in_a_commit_message_is_refused(hub, repo):
     _assert_refused(response, 400, "NUL")
 
 
+@pytest.mark.parametrize("path", ["GIT~1/config", "a/.git::$INDEX_ALLOCATION/x", "x/.Git. /y", "\u200c.git/hooks/x"])
+def test_paths_that_git_would_silently_drop_are_refused(hub, repo, path):
+    """git's update-index skips such paths with a warning: the commit would succeed without the file."""
+    before = _refs(hub)
+    url = f"{hub.endpoint}/api/kernels/{repo}/commit/main"
+    response = http("POST", url, body=ndjson(header_line(), file_line(path, b"x")), token=TOKEN)
+    _assert_refused(response, 400, "'.git' segment")
+    assert _refs(hub) == before
+
+
 # -- 3. base64 with a non-ASCII character ----------------------------------------------------------
 
 

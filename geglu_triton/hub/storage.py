@@ -57,6 +57,7 @@ _REPO_NAME = re.compile(r"(?!.*(?:--|\.\.))[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-
 _COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
 _PARENT_COMMIT = re.compile(r"[0-9a-f]{5,40}")  # huggingface_hub accepts abbreviated parents
 _PULL_REQUEST_REF = re.compile(r"refs/pr/([1-9][0-9]{0,8})")
+_HFS_IGNORED = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a str that cannot be encoded as UTF-8
 _SERVER_LOCK = "server.lock"
 _WRITE_LOCK = "hub-write.lock"  # the flock file inside each bare repository (not a git lock file)
@@ -152,9 +153,10 @@ def validate_repo_path(path: str) -> str:
     """Return ``path`` if it is a safe relative file path inside a repository, else raise InvalidPath.
 
     Refused: empty paths, absolute paths (``/x``, ``C:/x``), backslashes, control characters,
-    empty segments (``a//b``, a trailing ``/``), ``.`` and ``..`` segments, ``.git`` segments (in
-    any case, and with the trailing dots or spaces that Windows ignores), paths longer than
-    MAX_PATH_BYTES and segments longer than MAX_PATH_SEGMENT_BYTES (UTF-8 bytes).
+    empty segments (``a//b``, a trailing ``/``), ``.`` and ``..`` segments, segments that a file
+    system may take for ``.git`` (see ``_is_dot_git``: git would silently drop such files from a
+    commit), paths longer than MAX_PATH_BYTES and segments longer than MAX_PATH_SEGMENT_BYTES
+    (UTF-8 bytes).
     """
     if not isinstance(path, str) or not path:
         raise InvalidPath("empty path: a file path inside the repository is required")
@@ -173,7 +175,7 @@ def validate_repo_path(path: str) -> str:
             raise InvalidPath(f"path {path!r} has an empty segment (a leading, doubled or trailing '/')")
         if segment in (".", ".."):
             raise InvalidPath(f"path {path!r} contains a {segment!r} segment")
-        if segment.casefold().rstrip(". ") == ".git":
+        if _is_dot_git(segment):
             raise InvalidPath(f"path {path!r} contains a '.git' segment, which git reserves")
         if len(segment.encode("utf-8", "surrogatepass")) > MAX_PATH_SEGMENT_BYTES:
             raise InvalidPath(f"path {path!r} has a segment longer than {MAX_PATH_SEGMENT_BYTES} bytes")
@@ -193,6 +195,14 @@ def validate_branch_name(name: str) -> str:
             f"invalid branch name {name!r}: see `git check-ref-format`; it may not be a commit id or start with 'refs/'"
         )
     return name
+
+
+def _is_dot_git(segment: str) -> bool:
+    """Whether NTFS or HFS+ may resolve a path segment to ``.git``, as git's own checks (``core.protectNTFS``,
+    ``core.protectHFS``) see it: any case, the 8.3 short name ``git~1``, trailing dots and spaces, an
+    alternate data stream (``.git::$INDEX_ALLOCATION``), and the code points HFS+ ignores."""
+    name = _HFS_IGNORED.sub("", segment).casefold().split(":", 1)[0].rstrip(". ")
+    return name in (".git", "git~1")
 
 
 @functools.lru_cache(maxsize=4096)
