@@ -455,8 +455,8 @@ class _HubApi:
         """An NDJSON commit: a header line, then file / deletedFile / deletedFolder lines, applied in order.
 
         Each line is parsed, and a file line's blob written to the commit's object quarantine, in a
-        worker thread as it arrives; the revision moves once, at the end. With ``create_pr`` the revision stays where it
-        is and the commit opens a pull request, ``refs/pr/<N>``.
+        worker thread as it arrives; the revision moves once, at the end. With ``create_pr`` the
+        revision stays where it is and the commit opens a pull request, ``refs/pr/<N>``.
         """
         repo = self._repo(request)
         create_pr = _bool_query(request, "create_pr")
@@ -526,7 +526,8 @@ def _read_commit_line(
     repo: Repository, quarantine: Path, number: int, line: bytearray, *, first: bool
 ) -> dict[str, str | None] | CommitOperation | None:
     """One line of an NDJSON commit: the header's fields if ``first``, else an operation (a file
-    line's blob is written to ``quarantine`` now); None for a blank line. Its memory is freed when this returns."""
+    line's blob is written to ``quarantine`` now); None for a blank line. The line's memory is
+    freed by the time this returns."""
     item = _parse_ndjson_line(number, line)
     if item is None:
         return None

@@ -6,8 +6,8 @@ Layout under the data directory::
     tmp/                                  scratch space (temporary indexes, repositories being created)
     server.lock                           held (flock) by the one server that serves the directory
 
-Commit ids are real git commit ids and Hub branches are git branches (pull requests are ``refs/pr/<N>``, as on the
-Hub), so a repository can be
+Commit ids are real git commit ids, Hub branches are git branches and pull requests are
+``refs/pr/<N>`` (as on the Hub), so a repository can be
 inspected, cloned or backed up with plain git. Everything goes through git plumbing commands:
 blobs are written with ``hash-object -w``, trees are built in a throw-away index file
 (``update-index --index-info`` + ``write-tree``), commits with ``commit-tree``, and the branch is
