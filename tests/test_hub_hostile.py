@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import pytest
 from hub_helpers import file_line, header_line, http, ndjson, start_cli_hub
@@ -117,6 +117,16 @@ def test_a_refused_commit_leaves_no_object_behind(hub, repo):
     _assert_refused(response, 400, "line 3 (nonsense): unknown key")
     assert sorted(objects.rglob("*")) == before
     assert list((hub.data_dir / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize("branch", ["b" * 251, "\u00e9" * 126, "ok/" + "c" * 251])
+def test_branch_names_git_cannot_store_are_refused(hub, repo, branch):
+    """A part longer than 250 bytes leaves no room for git's ``.lock`` file beside it (255 bytes)."""
+    before = _refs(hub)
+    url = f"{hub.endpoint}/api/kernels/{repo}/branch/{quote(branch, safe='')}"
+    response = http("POST", url, body=b"{}", token=TOKEN)
+    _assert_refused(response, 400, "at most 250 bytes")
+    assert _refs(hub) == before
 
 
 def test_nul_in_a_commit_message_is_refused(hub, repo):

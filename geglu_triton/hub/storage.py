@@ -186,7 +186,8 @@ def validate_branch_name(name: str) -> str:
     """Return ``name`` if it is a valid new branch name, else raise InvalidName.
 
     git's own rules (``git check-ref-format``), plus: not a 40-hex string (it would be ambiguous
-    with a commit id in revisions) and not starting with ``refs/``.
+    with a commit id in revisions), not starting with ``refs/``, and each ``/``-separated part short
+    enough for git to store it as a file with a ``.lock`` beside it.
     """
     if not isinstance(name, str) or not name or len(name) > MAX_BRANCH_NAME_LENGTH:
         raise InvalidName(f"invalid branch name {name!r}: 1 to {MAX_BRANCH_NAME_LENGTH} characters")
@@ -194,6 +195,9 @@ def validate_branch_name(name: str) -> str:
         raise InvalidName(
             f"invalid branch name {name!r}: see `git check-ref-format`; it may not be a commit id or start with 'refs/'"
         )
+    longest = MAX_PATH_SEGMENT_BYTES - len(".lock")
+    if any(len(part.encode()) > longest for part in name.split("/")):
+        raise InvalidName(f"invalid branch name {name[:64]!r}...: each '/'-separated part is at most {longest} bytes")
     return name
 
 
