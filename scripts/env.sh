@@ -29,7 +29,8 @@ if python3 -c 'import sys, torch; sys.exit(0 if (torch.version.cuda or torch.ver
     else
         missing=$(python3 - <<'PY'
 import importlib.util
-for mod, pkg in [("kernels", "kernels==0.17.2"), ("fastapi", "fastapi"), ("uvicorn", "uvicorn"), ("pytest", "pytest")]:
+for mod, pkg in [("kernels", "kernels==0.17.2"), ("fastapi", "fastapi"), ("uvicorn", "uvicorn"), ("pytest", "pytest"),
+                 ("hypothesis", "hypothesis==6.170.15")]:
     if importlib.util.find_spec(mod) is None:
         print(pkg)
 PY

@@ -394,7 +394,7 @@ def test_interrupted_commit_leaves_the_previous_state(api, hub, repo_id, monkeyp
     def crash(*args, **kwargs):
         raise OSError("simulated crash before the branch update")
 
-    monkeypatch.setattr(Repository, "_move_branch", crash)
+    monkeypatch.setattr(Repository, "_move_ref", crash)
     with pytest.raises(HfHubHTTPError) as failed:
         api.create_commit(
             repo_id, [CommitOperationAdd("lost.txt", b"lost")], commit_message="interrupted", repo_type="kernel"
@@ -439,7 +439,7 @@ def test_unsafe_paths_are_refused(api, hub, refusals_repo, path, problem):
     assert response.status == 400
     assert problem in response.json()["error"]
     assert _head(api, repo_id, "main") == before
-    assert sorted(p.name for p in hub.data_dir.iterdir()) == ["repos", "tmp"]
+    assert sorted(p.name for p in hub.data_dir.iterdir()) == ["repos", "server.lock", "tmp"]
 
 
 def test_path_validation_accepts_ordinary_paths():
@@ -560,10 +560,37 @@ def test_not_found_errors_carry_hub_error_codes(api, hub, repo_id):
     assert unknown.status == 404 and "no such endpoint" in unknown.json()["error"]
 
 
-def test_pull_requests_are_refused(api, repo_id):
-    with pytest.raises(HfHubHTTPError, match="pull requests are not supported"):
+def test_create_pr_opens_pull_request_refs_as_the_hub_does(api, hub, repo_id):
+    main = _head(api, repo_id, "main")
+    opened = api.create_commit(
+        repo_id, [CommitOperationAdd("a.txt", b"a")], commit_message="pr", repo_type="kernel", create_pr=True
+    )
+    assert opened.pr_url == f"{hub.endpoint}/kernels/{repo_id}/discussions/1"
+    assert (opened.pr_revision, opened.pr_num) == ("refs/pr/1", 1)
+    assert _head(api, repo_id, "main") == main  # the base branch does not move
+
+    # Later commits go to the pull request's ref, as publish's later batches do.
+    more = api.create_commit(
+        repo_id, [CommitOperationAdd("b.txt", b"b")], commit_message="more", repo_type="kernel", revision="refs/pr/1"
+    )
+    second = api.create_commit(
+        repo_id, [CommitOperationAdd("c.txt", b"c")], commit_message="pr 2", repo_type="kernel", create_pr=True
+    )
+    assert second.pr_revision == "refs/pr/2"
+
+    refs = api.list_repo_refs(repo_id, repo_type="kernel", include_pull_requests=True)
+    assert [(ref.ref, ref.target_commit) for ref in refs.pull_requests] == [
+        ("refs/pr/1", more.oid),
+        ("refs/pr/2", second.oid),
+    ]
+    assert [ref.name for ref in refs.branches] == ["main"]
+    files = [entry.path for entry in api.list_repo_tree(repo_id, repo_type="kernel", revision="refs/pr/1")]
+    assert files == [".gitattributes", "a.txt", "b.txt"]
+    url = hf_hub_url(repo_id, "b.txt", repo_type="kernel", revision="refs/pr/1", endpoint=hub.endpoint)
+    assert http("GET", url).body == b"b"
+    with pytest.raises(RevisionNotFoundError):
         api.create_commit(
-            repo_id, [CommitOperationAdd("a.txt", b"a")], commit_message="pr", repo_type="kernel", create_pr=True
+            repo_id, [CommitOperationAdd("d", b"d")], commit_message="m", repo_type="kernel", revision="refs/pr/9"
         )
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import uvicorn
+from fastapi import FastAPI
 
 from .server import HubLimits, create_app
 
@@ -53,6 +54,7 @@ class LocalHub:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
+        self.app: FastAPI | None = None  # the application while the server runs
 
     @property
     def endpoint(self) -> str:
@@ -60,7 +62,9 @@ class LocalHub:
         return f"http://{host}:{self.port}"
 
     def __enter__(self) -> LocalHub:
-        app = create_app(self.data_dir, trusted_orgs=self.trusted_orgs, token=self._token, limits=self._limits)
+        self.app = app = create_app(
+            self.data_dir, trusted_orgs=self.trusted_orgs, token=self._token, limits=self._limits
+        )
         # Bind here rather than in uvicorn, so that the port (also a chosen-by-the-OS one) is known
         # and taken before the thread starts.
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
@@ -69,7 +73,7 @@ class LocalHub:
         try:
             self._socket.bind((self.host, self.port))
         except OSError as error:
-            self._socket.close()
+            self._stop()
             raise OSError(f"local Hub: cannot listen on {self.host}:{self.port}: {error}") from error
         self.port = self._socket.getsockname()[1]
         config = uvicorn.Config(
@@ -98,4 +102,6 @@ class LocalHub:
             self._thread.join(_SHUTDOWN_TIMEOUT_S)
         if self._socket is not None:
             self._socket.close()
-        self._server = self._thread = self._socket = None
+        if self.app is not None:
+            self.app.state.storage.close()  # the data directory is free for another server
+        self._server = self._thread = self._socket = self.app = None

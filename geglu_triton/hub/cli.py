@@ -20,7 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "serve",
         help="serve kernel repositories to huggingface_hub and kernels clients (through HF_ENDPOINT)",
         description="Serve kernel (and model) repositories, stored as bare git repositories under --data, "
-        "to unmodified huggingface_hub and kernels clients.",
+        "to unmodified huggingface_hub and kernels clients. One server per data directory: a second one "
+        "on the same --data is refused, and a server clears what a killed one left there when it starts. "
+        "A commit body is streamed: the server holds about twice its largest file (base64) at a time.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument(
@@ -38,15 +40,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--token",
+        type=_token,
         default=os.environ.get(TOKEN_ENV_VAR),
-        help=f"token required for writes (default: ${TOKEN_ENV_VAR}; without one, writes are open)",
+        help=f"token required for writes (default: ${TOKEN_ENV_VAR}; without one, writes are open; "
+        "an empty one is refused)",
     )
     serve.add_argument(
         "--max-commit-bytes",
         type=_positive_int,
         default=None,
         metavar="N",
-        help="largest accepted commit request body, in bytes (default: 2 GiB)",
+        help="largest accepted commit request body, in bytes; larger ones get 413 (default: 64 MiB, room "
+        "for ten times a kernel build of a few MB, base64-encoded; the server's memory per commit in "
+        "flight is about twice the largest file in it)",
     )
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
@@ -58,9 +64,19 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _token(text: str) -> str:
+    from .server import check_token
+
+    try:
+        return check_token(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error} (from --token or ${TOKEN_ENV_VAR})") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from .background import LocalHub
     from .server import HubLimits
+    from .storage import DataDirectoryInUse
 
     limits = HubLimits() if args.max_commit_bytes is None else HubLimits(max_commit_bytes=args.max_commit_bytes)
     hub = LocalHub(
@@ -75,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as running:
         try:
             running.enter_context(hub)
-        except OSError as err:  # the port is taken, or the data directory cannot be used
+        except (DataDirectoryInUse, OSError) as err:  # the port is taken, or the data directory cannot be used
             raise UserError(str(err)) from err
         print(f"Local Hub serving {hub.data_dir.resolve()} on {hub.endpoint}", flush=True)
         print(f"Point huggingface_hub and kernels at it with:\n  export HF_ENDPOINT={hub.endpoint}", flush=True)

@@ -5,17 +5,23 @@ Unmodified clients talk to it through ``HF_ENDPOINT``. Kernel repositories are w
 repositories share the same routes (``/api/models/...`` and ``/<namespace>/<name>/resolve/...``).
 
 Supported: creating repositories, creating and deleting branches, preupload (every file
-"regular", never LFS), NDJSON commits of inline files and deletions, refs, tree listings with
-cursor paging, paths-info, repository info, file downloads (GET and HEAD), organization overviews
-(``trustedKernelPublisher``), whoami and a permissive validate-yaml. Not supported, with a clear
-400: pull requests (``create_pr``), LFS files, other repository types. Tags are never created,
+"regular", never LFS), NDJSON commits of inline files and deletions, pull requests opened by a
+commit (``create_pr``: ``refs/pr/<N>``, listed by refs with ``include_prs``; no discussion pages),
+refs, tree listings with cursor paging, paths-info, repository info, file downloads (GET and HEAD),
+organization overviews (``trustedKernelPublisher``), whoami and a permissive validate-yaml. Not
+supported, with a clear 400: LFS files, other repository types. Tags are never created,
 ``Range`` headers are ignored (the whole file is sent, which huggingface_hub handles), and a
 commit without changes is recorded as an empty commit (huggingface_hub itself skips unchanged files).
 
 Errors carry the Hub's ``X-Error-Code`` (RepoNotFound, RevisionNotFound, EntryNotFound), an
 ``X-Error-Message`` header and a ``{"error": ...}`` body, which huggingface_hub turns into its
-typed exceptions. With a token configured, writes need ``Authorization: Bearer <token>`` (401
+typed exceptions; any input, however malformed, is answered with a 4xx of that shape, not a 500.
+With a token configured, writes need ``Authorization: Bearer <token>`` (401
 without one, 403 with a wrong one) and private repositories are hidden from other readers.
+
+Memory: a commit body is streamed line by line; the server holds at most about twice its longest
+NDJSON line (one file, base64-encoded) at a time, and a body is refused with 413 past
+``HubLimits.max_commit_bytes``.
 
 This module must not import huggingface_hub: callers start the server before they set
 ``HF_ENDPOINT``, which huggingface_hub reads once, on import.
@@ -23,15 +29,17 @@ This module must not import huggingface_hub: callers start the server before the
 
 from __future__ import annotations
 
-import base64
 import binascii
 import functools
 import hmac
 import json
+import logging
 import os
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, quote_from_bytes, unquote
 
@@ -39,7 +47,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -65,6 +73,7 @@ from .storage import (
     RevisionNotFound,
     StorageError,
     TreeEntry,
+    is_valid_unicode,
     validate_repo_path,
 )
 
@@ -75,13 +84,20 @@ LOCAL_USER = "local-user"
 _URL_PREFIXES = {"kernel": "kernels/", "model": ""}
 _TRUE_VALUES = ("1", "true")
 _FALSE_VALUES = ("", "0", "false")
+_DECIMAL = re.compile(r"[0-9]{1,18}")  # ASCII digits only ('²'.isdigit() is true), and a size int() accepts
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
+_TOKEN = re.compile(r"[!-~]+")  # visible ASCII: what an Authorization header can carry unchanged
+_log = logging.getLogger("uvicorn.error")  # the server's log, formatted and leveled by uvicorn
 
 
 @dataclass(frozen=True)
 class HubLimits:
     """Request limits. Tests shrink them; the defaults suit kernel repositories."""
 
-    max_commit_bytes: int = 2 * 1024**3  # one NDJSON commit body (files are base64 inside it)
+    # One NDJSON commit body, files base64-encoded inside it (4/3 of their size). A kernel build is
+    # a few MB (this project's, every variant together, well under one): 64 MiB leaves room for ten
+    # times that, and the server's memory per commit in flight stays about twice the longest line.
+    max_commit_bytes: int = 64 * 1024**2
     max_json_bytes: int = 16 * 1024**2  # any other request body
     tree_page_size: int = 1000  # entries per tree page, as the Hub
     expanded_tree_page_size: int = 50  # entries per tree page with expand=true, as the Hub
@@ -134,9 +150,14 @@ def create_app(
     """The local Hub application, storing repositories under ``data_dir``.
 
     ``trusted_orgs`` are the organizations reported as trusted kernel publishers; ``token``, when
-    set, is required for every write; ``limits`` defaults to ``HubLimits()``.
+    set, is required for every write (ValueError if it could never be sent: see ``check_token``);
+    ``limits`` defaults to ``HubLimits()``. ``app.state.storage`` holds the data directory (one
+    server per directory) until its ``close()``.
     """
-    api = _HubApi(HubStorage(data_dir), trusted_orgs=frozenset(trusted_orgs), token=token, limits=limits or HubLimits())
+    if token is not None:
+        check_token(token)
+    storage = HubStorage(data_dir)
+    api = _HubApi(storage, trusted_orgs=frozenset(trusted_orgs), token=token, limits=limits or HubLimits())
     repo = "/api/{kind:hub_api_kind}/{namespace:hub_segment}/{name:hub_segment}"
     routes = [
         Route("/api/whoami-v2", api.whoami, methods=["GET"]),
@@ -169,10 +190,22 @@ def create_app(
             ApiError: _api_error_response,
             StorageError: _storage_error_response,
             HTTPException: _http_exception_response,
+            ClientDisconnect: _client_disconnect_response,
         },
     )
     app.add_middleware(_RouteOnEncodedPath)
+    app.state.storage = storage
     return app
+
+
+def check_token(token: str) -> str:
+    """Return ``token`` if clients can present it, else ValueError: an empty token is refused, not
+    taken to mean "no token" (a variable that expanded to nothing must not open writes to anyone)."""
+    if not token:
+        raise ValueError("the token is empty: give a non-empty token, or none at all to leave writes open")
+    if not _TOKEN.fullmatch(token):
+        raise ValueError("the token must be visible ASCII characters without spaces (it is sent in an HTTP header)")
+    return token
 
 
 def _writes(
@@ -304,7 +337,10 @@ class _HubApi:
             "converts": [],
         }
         if _bool_query(request, "include_prs"):
-            refs["pullRequests"] = []
+            refs["pullRequests"] = [
+                {"name": f"refs/pr/{number}", "ref": f"refs/pr/{number}", "targetCommit": commit}
+                for number, commit in repo.pull_requests().items()
+            ]
         return JSONResponse(refs)
 
     @_writes
@@ -331,7 +367,7 @@ class _HubApi:
         recursive = _bool_query(request, "recursive")
         expand = _bool_query(request, "expand")
         cursor = request.query_params.get("cursor", "0")
-        if not cursor.isdigit():
+        if not _DECIMAL.fullmatch(cursor):
             raise ApiError(400, f'invalid cursor {cursor!r}: pass the cursor of a Link rel="next" URL unchanged')
         start = int(cursor)
         page_size = self.limits.expanded_tree_page_size if expand else self.limits.tree_page_size
@@ -392,7 +428,6 @@ class _HubApi:
     @_writes
     async def preupload(self, request: Request) -> Response:
         """Every file is uploaded "regular" (inline in the commit); ``oid`` is the blob already at the revision."""
-        _refuse_pull_request(request)
         repo = self._repo(request)
         body = await _read_json_object(request, self.limits.max_json_bytes)
         files = body.get("files")
@@ -419,31 +454,40 @@ class _HubApi:
     async def commit(self, request: Request) -> Response:
         """An NDJSON commit: a header line, then file / deletedFile / deletedFolder lines, applied in order.
 
-        Blobs are written as their lines arrive (moving no branch); the branch moves once, at the end.
+        Each line is parsed, and a file line's blob written to the commit's object quarantine, in a
+        worker thread as it arrives; the revision moves once, at the end. With ``create_pr`` the
+        revision stays where it is and the commit opens a pull request, ``refs/pr/<N>``.
         """
-        _refuse_pull_request(request)
         repo = self._repo(request)
-        branch = request.path_params["revision"].removeprefix("refs/heads/")
+        create_pr = _bool_query(request, "create_pr")
         header: dict[str, str | None] | None = None
         operations: list[CommitOperation] = []
-        async for number, key, value in _ndjson_items(request, self.limits.max_commit_bytes):
+        number = 0
+        with repo.quarantine() as staged:  # a refused commit leaves no object behind
+            async for line in _body_lines(request, self.limits.max_commit_bytes):
+                number += 1
+                read = await run_in_threadpool(_read_commit_line, repo, staged, number, line, first=header is None)
+                if read is None:
+                    continue
+                if header is None:
+                    header = read
+                else:
+                    operations.append(read)
             if header is None:
-                if key != "header":
-                    raise ApiError(400, f"line {number}: the first line must be the 'header', got {key!r}")
-                header = _commit_header(value)
-            elif key == "header":
-                raise ApiError(400, f"line {number}: only the first line may be a 'header'")
-            else:
-                operations.append(await run_in_threadpool(_commit_operation, repo, number, key, value))
-        if header is None:
-            raise ApiError(400, "empty commit body: expected NDJSON lines, starting with a 'header' line")
-        commit = await run_in_threadpool(functools.partial(repo.commit, branch, operations, **header))
+                raise ApiError(400, "empty commit body: expected NDJSON lines, starting with a 'header' line")
+            commit = functools.partial(
+                repo.commit, request.path_params["revision"], operations, create_pr=create_pr, quarantine=staged
+            )
+            result = await run_in_threadpool(commit, **header)
+        pull_request_url = None
+        if result.pull_request is not None:
+            pull_request_url = f"{_repo_url(request, repo)}/discussions/{result.pull_request}"
         return JSONResponse(
             {
                 "success": True,
-                "commitOid": commit,
-                "commitUrl": f"{_repo_url(request, repo)}/commit/{commit}",
-                "pullRequestUrl": None,
+                "commitOid": result.oid,
+                "commitUrl": f"{_repo_url(request, repo)}/commit/{result.oid}",
+                "pullRequestUrl": pull_request_url,
             }
         )
 
@@ -478,16 +522,40 @@ class _HubApi:
         return item
 
 
+def _read_commit_line(
+    repo: Repository, quarantine: Path, number: int, line: bytearray, *, first: bool
+) -> dict[str, str | None] | CommitOperation | None:
+    """One line of an NDJSON commit: the header's fields if ``first``, else an operation (a file
+    line's blob is written to ``quarantine`` now); None for a blank line. The line's memory is
+    freed by the time this returns."""
+    item = _parse_ndjson_line(number, line)
+    if item is None:
+        return None
+    key, value = item
+    if first:
+        if key != "header":
+            raise ApiError(400, f"line {number}: the first line must be the 'header', got {key!r}")
+        return _commit_header(value)
+    if key == "header":
+        raise ApiError(400, f"line {number}: only the first line may be a 'header'")
+    return _commit_operation(repo, quarantine, number, key, value)
+
+
 def _commit_header(value: dict[str, Any]) -> dict[str, str | None]:
     """The keyword arguments of ``Repository.commit`` that the NDJSON header line gives."""
-    return {
+    header = {
         "summary": _required_string(value, "summary", "header"),
         "description": _optional_string(value, "description", "header") or "",
         "parent_commit": _optional_string(value, "parentCommit", "header"),
     }
+    if "\0" in header["summary"] + header["description"]:
+        raise ApiError(400, "header: the commit summary and description may not contain a NUL character")
+    return header
 
 
-def _commit_operation(repo: Repository, number: int, key: str, value: dict[str, Any]) -> CommitOperation:
+def _commit_operation(
+    repo: Repository, quarantine: Path, number: int, key: str, value: dict[str, Any]
+) -> CommitOperation:
     """Turn one NDJSON operation line into a storage operation; a ``file`` line's blob is written now."""
     where = f"line {number} ({key})"
     if key == "file":
@@ -495,15 +563,15 @@ def _commit_operation(repo: Repository, number: int, key: str, value: dict[str, 
         content = _required_string(value, "content", where)
         encoding = _optional_string(value, "encoding", where) or "base64"
         if encoding == "base64":
-            try:
-                data = base64.b64decode(content, validate=True)
-            except binascii.Error as error:
+            try:  # decodes the str in place (base64.b64decode would first copy it to bytes)
+                data = binascii.a2b_base64(content, strict_mode=True)
+            except ValueError as error:  # binascii.Error, or a non-ASCII character
                 raise ApiError(400, f"{where}: 'content' is not valid base64: {error}") from None
         elif encoding == "utf-8":
             data = content.encode("utf-8")
         else:
             raise ApiError(400, f"{where}: unsupported encoding {encoding!r} (use 'base64' or 'utf-8')")
-        return AddFile(path, repo.write_blob(data))
+        return AddFile(path, repo.write_blob(data, quarantine))
     if key == "deletedFile":
         return DeleteFile(_checked_path(_required_string(value, "path", where), where=where))
     if key == "deletedFolder":
@@ -518,42 +586,52 @@ def _commit_operation(repo: Repository, number: int, key: str, value: dict[str, 
     raise ApiError(400, f"{where}: unknown key {key!r} (expected one of: header, file, deletedFile, deletedFolder)")
 
 
-async def _ndjson_items(request: Request, limit: int) -> AsyncIterator[tuple[int, str, dict[str, Any]]]:
-    """The (line number, key, value) items of an NDJSON body, streamed, at most ``limit`` bytes in all."""
-    number = 0
-    async for line in _body_lines(request, limit):
-        number += 1
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except ValueError as error:
-            raise ApiError(400, f"line {number}: malformed NDJSON, not a JSON value: {error}") from None
-        if not isinstance(item, dict) or set(item) != {"key", "value"}:
-            raise ApiError(400, f'line {number}: each NDJSON line must be an object {{"key": ..., "value": {{...}}}}')
-        if not isinstance(item["key"], str) or not isinstance(item["value"], dict):
-            raise ApiError(400, f"line {number}: 'key' must be a string and 'value' an object")
-        yield number, item["key"], item["value"]
+def _parse_ndjson_line(number: int, line: bytearray) -> tuple[str, dict[str, Any]] | None:
+    """The (key, value) of one NDJSON line, None for a blank line.
+
+    ``line`` is emptied as soon as it is decoded, so that no more than two copies of a line
+    (its text, then the text and the parsed value) are alive at any time.
+    """
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ApiError(400, f"line {number}: malformed NDJSON, not UTF-8: {error}") from None
+    finally:
+        line.clear()
+    if not text or text.isspace():
+        return None
+    item = _json_loads(text, f"line {number}: malformed NDJSON, not a JSON value")
+    del text
+    if not isinstance(item, dict) or set(item) != {"key", "value"}:
+        raise ApiError(400, f'line {number}: each NDJSON line must be an object {{"key": ..., "value": {{...}}}}')
+    if not isinstance(item["key"], str) or not isinstance(item["value"], dict):
+        raise ApiError(400, f"line {number}: 'key' must be a string and 'value' an object")
+    return item["key"], item["value"]
 
 
-async def _body_lines(request: Request, limit: int) -> AsyncIterator[bytes]:
-    """The lines of the request body as they arrive, without holding more than one line in memory."""
-    buffer = bytearray()
+async def _body_lines(request: Request, limit: int) -> AsyncIterator[bytearray]:
+    """The lines of the request body as they arrive, one line in memory at a time.
+
+    Each byte is searched and copied once, so reading is linear in the body size however long the
+    lines are. The consumer owns a yielded line and may ``clear()`` it to free it early.
+    """
+    line = bytearray()
     async for chunk in _body_chunks(request, limit):
-        buffer += chunk
-        start = 0
-        while (end := buffer.find(b"\n", start)) != -1:
-            yield bytes(buffer[start:end])
+        view, start = memoryview(chunk), 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            line += view[start:end]
+            yield line
+            line = bytearray()
             start = end + 1
-        del buffer[:start]
-    if buffer:
-        yield bytes(buffer)
+        line += view[start:]
+    if line:
+        yield line
 
 
 async def _body_chunks(request: Request, limit: int) -> AsyncIterator[bytes]:
     """The request body, refused with 413 as soon as it is declared or found to exceed ``limit`` bytes."""
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if declared.isascii() and declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
         raise _payload_too_large(limit)
     received = 0
     async for chunk in request.stream():
@@ -563,8 +641,11 @@ async def _body_chunks(request: Request, limit: int) -> AsyncIterator[bytes]:
         yield chunk
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    return b"".join([chunk async for chunk in _body_chunks(request, limit)])
+async def _read_body(request: Request, limit: int) -> bytearray:
+    body = bytearray()
+    async for chunk in _body_chunks(request, limit):
+        body += chunk
+    return body
 
 
 async def _read_json_object(request: Request, limit: int) -> dict[str, Any]:
@@ -572,13 +653,20 @@ async def _read_json_object(request: Request, limit: int) -> dict[str, Any]:
     body = await _read_body(request, limit)
     if not body.strip():
         return {}
-    try:
-        value = json.loads(body)
-    except ValueError as error:
-        raise ApiError(400, f"the request body is not valid JSON: {error}") from None
+    value = _json_loads(body, "the request body is not valid JSON")
     if not isinstance(value, dict):
         raise ApiError(400, "the request body must be a JSON object")
     return value
+
+
+def _json_loads(text: str | bytearray, what: str) -> Any:
+    """``json.loads``, with every way a document can be malformed (also nested too deep) a 400."""
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise ApiError(400, f"{what}: {error}") from None
+    except RecursionError:
+        raise ApiError(400, f"{what}: nested too deeply") from None
 
 
 def _payload_too_large(limit: int) -> ApiError:
@@ -586,8 +674,8 @@ def _payload_too_large(limit: int) -> ApiError:
 
 
 def _required_string(obj: dict[str, Any], key: str, where: str = "the request body") -> str:
-    value = obj.get(key)
-    if not isinstance(value, str) or not value:
+    value = _optional_string(obj, key, where)
+    if not value:
         raise ApiError(400, f"{where}: {key!r} must be a non-empty string")
     return value
 
@@ -596,6 +684,8 @@ def _optional_string(obj: dict[str, Any], key: str, where: str = "the request bo
     value = obj.get(key)
     if value is not None and not isinstance(value, str):
         raise ApiError(400, f"{where}: {key!r} must be a string")
+    if value is not None and not is_valid_unicode(value):
+        raise ApiError(400, f"{where}: {key!r} is not valid Unicode (it contains a lone surrogate)")
     return value
 
 
@@ -607,13 +697,6 @@ def _checked_path(path: str, *, allow_root: bool = False, where: str | None = No
         return validate_repo_path(path)
     except InvalidPath as error:
         raise InvalidPath(f"{where}: {error}" if where else str(error)) from None
-
-
-def _refuse_pull_request(request: Request) -> None:
-    if _bool_query(request, "create_pr"):
-        raise ApiError(
-            400, "pull requests are not supported by the local Hub: commit to a branch instead (create_pr=False)"
-        )
 
 
 def _bool_query(request: Request, name: str) -> bool:
@@ -653,8 +736,10 @@ def _error_response(
     headers: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Response:
-    # Header values must be latin-1; paths in messages may not be.
-    response_headers = {"X-Error-Message": message.encode("ascii", "backslashreplace").decode()}
+    # The body must be UTF-8 and a header visible ASCII; client input quoted in a message may be neither.
+    message = message.encode("utf-8", "backslashreplace").decode()
+    header = _CONTROL_CHARACTER.sub(lambda match: f"\\x{ord(match[0]):02x}", message)
+    response_headers = {"X-Error-Message": header.encode("ascii", "backslashreplace").decode()}
     if code:
         response_headers["X-Error-Code"] = code
     response_headers.update(headers or {})
@@ -678,6 +763,13 @@ async def _http_exception_response(request: Request, error: HTTPException) -> Re
     if error.status_code == 404:
         message += " (no such endpoint on the local Hub)"
     return _error_response(error.status_code, message, headers=error.headers)
+
+
+async def _client_disconnect_response(request: Request, error: ClientDisconnect) -> Response:
+    """A client that went away mid-body: one log line, no traceback. No ref moved (refs move only
+    after the whole body is read); the answer is never delivered."""
+    _log.warning("local Hub: client disconnected during %s %s; request dropped", request.method, request.url.path)
+    return _error_response(400, "client disconnected before the request body was complete")
 
 
 class _RouteOnEncodedPath:

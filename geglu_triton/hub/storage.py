@@ -4,19 +4,26 @@ Layout under the data directory::
 
     repos/<kind>/<namespace>/<name>.git   a bare git repository (kind: "kernel" or "model")
     tmp/                                  scratch space (temporary indexes, repositories being created)
+    server.lock                           held (flock) by the one server that serves the directory
 
-Commit ids are real git commit ids and Hub branches are git branches, so a repository can be
+Commit ids are real git commit ids, Hub branches are git branches and pull requests are
+``refs/pr/<N>`` (as on the Hub), so a repository can be
 inspected, cloned or backed up with plain git. Everything goes through git plumbing commands:
 blobs are written with ``hash-object -w``, trees are built in a throw-away index file
 (``update-index --index-info`` + ``write-tree``), commits with ``commit-tree``, and the branch is
-moved last with ``update-ref <new> <expected old>``, an atomic compare-and-swap. A crash at any
-point before that last step leaves the branch where it was; the objects written so far are
-unreferenced and harmless (``git gc`` removes them).
+moved last with ``update-ref <new> <expected old>``, an atomic compare-and-swap. The objects of a
+commit are written to a quarantine directory under ``tmp/`` (as ``git receive-pack`` does) and
+moved into the repository just before that last step, so a refused commit leaves nothing in it.
+A crash at any point before the branch moves leaves the branch where it was; at worst the moved
+objects are unreferenced and harmless (``git gc`` removes them).
 
 Writes to one repository are serialized by an ``flock`` on a file inside it. Paths and names that
 come from clients are validated before they reach git, and nothing is written outside the data
 directory: file contents only ever become git objects, never files named after client input.
-Run one server per data directory (``tmp/`` is emptied when the storage opens).
+One server per data directory: opening the storage takes an exclusive lock on ``server.lock``
+(another server on the same directory is refused), so whatever a killed server left behind can be
+cleared when the next one starts: ``tmp/`` is emptied, and git's own lock files (``*.lock``, which
+git leaves if it is killed inside ``update-ref``) are removed.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import itertools
+import logging
 import os
 import re
 import shutil
@@ -33,6 +42,8 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+_log = logging.getLogger(__name__)
 
 REPO_KINDS = ("kernel", "model")
 DEFAULT_BRANCH = "main"
@@ -45,6 +56,11 @@ MAX_BRANCH_NAME_LENGTH = 255
 _REPO_NAME = re.compile(r"(?!.*(?:--|\.\.))[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?")
 _COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
 _PARENT_COMMIT = re.compile(r"[0-9a-f]{5,40}")  # huggingface_hub accepts abbreviated parents
+_PULL_REQUEST_REF = re.compile(r"refs/pr/([1-9][0-9]{0,8})")
+_HFS_IGNORED = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a str that cannot be encoded as UTF-8
+_SERVER_LOCK = "server.lock"
+_WRITE_LOCK = "hub-write.lock"  # the flock file inside each bare repository (not a git lock file)
 _ZERO_OID = "0" * 40
 _REGULAR_FILE_MODE = "100644"
 _BLOB_CHUNK_BYTES = 1 << 20
@@ -114,6 +130,15 @@ class GitCommandFailed(StorageError):
     pass
 
 
+class DataDirectoryInUse(RuntimeError):
+    """Another server already serves the data directory."""
+
+
+def is_valid_unicode(text: str) -> bool:
+    """Whether ``text`` can be encoded as UTF-8 (JSON's ``"\\ud800"`` escapes decode to lone surrogates)."""
+    return _LONE_SURROGATE.search(text) is None
+
+
 def validate_repo_name(value: str, what: str = "repository name") -> str:
     """Return ``value`` if it is a valid Hub namespace or repository name, else raise InvalidName."""
     if not isinstance(value, str) or not _REPO_NAME.fullmatch(value):
@@ -128,12 +153,15 @@ def validate_repo_path(path: str) -> str:
     """Return ``path`` if it is a safe relative file path inside a repository, else raise InvalidPath.
 
     Refused: empty paths, absolute paths (``/x``, ``C:/x``), backslashes, control characters,
-    empty segments (``a//b``, a trailing ``/``), ``.`` and ``..`` segments, ``.git`` segments (in
-    any case, and with the trailing dots or spaces that Windows ignores), paths longer than
-    MAX_PATH_BYTES and segments longer than MAX_PATH_SEGMENT_BYTES (UTF-8 bytes).
+    empty segments (``a//b``, a trailing ``/``), ``.`` and ``..`` segments, segments that a file
+    system may take for ``.git`` (see ``_is_dot_git``: git would silently drop such files from a
+    commit), paths longer than MAX_PATH_BYTES and segments longer than MAX_PATH_SEGMENT_BYTES
+    (UTF-8 bytes).
     """
     if not isinstance(path, str) or not path:
         raise InvalidPath("empty path: a file path inside the repository is required")
+    if not is_valid_unicode(path):
+        raise InvalidPath(f"path {path!r} is not valid Unicode (it contains a lone surrogate)")
     if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
         raise InvalidPath(f"path {path[:64]!r}... is longer than {MAX_PATH_BYTES} bytes")
     if path.startswith("/") or re.match(r"[A-Za-z]:", path):
@@ -147,7 +175,7 @@ def validate_repo_path(path: str) -> str:
             raise InvalidPath(f"path {path!r} has an empty segment (a leading, doubled or trailing '/')")
         if segment in (".", ".."):
             raise InvalidPath(f"path {path!r} contains a {segment!r} segment")
-        if segment.casefold().rstrip(". ") == ".git":
+        if _is_dot_git(segment):
             raise InvalidPath(f"path {path!r} contains a '.git' segment, which git reserves")
         if len(segment.encode("utf-8", "surrogatepass")) > MAX_PATH_SEGMENT_BYTES:
             raise InvalidPath(f"path {path!r} has a segment longer than {MAX_PATH_SEGMENT_BYTES} bytes")
@@ -158,7 +186,8 @@ def validate_branch_name(name: str) -> str:
     """Return ``name`` if it is a valid new branch name, else raise InvalidName.
 
     git's own rules (``git check-ref-format``), plus: not a 40-hex string (it would be ambiguous
-    with a commit id in revisions) and not starting with ``refs/``.
+    with a commit id in revisions), not starting with ``refs/``, and each ``/``-separated part short
+    enough for git to store it as a file with a ``.lock`` beside it.
     """
     if not isinstance(name, str) or not name or len(name) > MAX_BRANCH_NAME_LENGTH:
         raise InvalidName(f"invalid branch name {name!r}: 1 to {MAX_BRANCH_NAME_LENGTH} characters")
@@ -166,12 +195,25 @@ def validate_branch_name(name: str) -> str:
         raise InvalidName(
             f"invalid branch name {name!r}: see `git check-ref-format`; it may not be a commit id or start with 'refs/'"
         )
+    longest = MAX_PATH_SEGMENT_BYTES - len(".lock")
+    if any(len(part.encode()) > longest for part in name.split("/")):
+        raise InvalidName(f"invalid branch name {name[:64]!r}...: each '/'-separated part is at most {longest} bytes")
     return name
+
+
+def _is_dot_git(segment: str) -> bool:
+    """Whether NTFS or HFS+ may resolve a path segment to ``.git``, as git's own checks (``core.protectNTFS``,
+    ``core.protectHFS``) see it: any case, the 8.3 short name ``git~1``, trailing dots and spaces, an
+    alternate data stream (``.git::$INDEX_ALLOCATION``), and the code points HFS+ ignores."""
+    name = _HFS_IGNORED.sub("", segment).casefold().split(":", 1)[0].rstrip(". ")
+    return name in (".git", "git~1")
 
 
 @functools.lru_cache(maxsize=4096)
 def _is_git_ref_name(ref: str) -> bool:
     """git's verdict on a full ref name (``git check-ref-format``); cached, being a pure function."""
+    if "\0" in ref or not is_valid_unicode(ref):  # git refuses both; neither can be a process argument
+        return False
     return subprocess.run(["git", "check-ref-format", ref], env=_git_env(), capture_output=True).returncode == 0
 
 
@@ -247,6 +289,12 @@ class DeleteFolder:
 CommitOperation = AddFile | DeleteFile | DeleteFolder
 
 
+@dataclass(frozen=True)
+class CommitResult:
+    oid: str
+    pull_request: int | None  # N of the pull request ``refs/pr/<N>`` the commit opened, if it opened one
+
+
 class Repository:
     """One Hub repository, backed by the bare git repository ``git_dir``."""
 
@@ -269,20 +317,29 @@ class Repository:
         out = self._git("for-each-ref", "--format=%(refname:strip=2)%00%(objectname)", "refs/heads/")
         return dict(sorted(line.split("\0") for line in out.splitlines()))
 
+    def pull_requests(self) -> dict[int, str]:
+        """Pull request number -> head commit id, sorted by number."""
+        out = self._git("for-each-ref", "--format=%(refname)%00%(objectname)", "refs/pr/")
+        numbered = {}
+        for ref, commit in (line.split("\0") for line in out.splitlines()):
+            if match := _PULL_REQUEST_REF.fullmatch(ref):
+                numbered[int(match[1])] = commit
+        return dict(sorted(numbered.items()))
+
     def branch_head(self, branch: str) -> str | None:
         """The head commit of ``branch``, or None when there is no such branch."""
-        if not branch or _COMMIT_SHA.fullmatch(branch) or not _is_git_ref_name(f"refs/heads/{branch}"):
+        if not branch or _COMMIT_SHA.fullmatch(branch):
             return None
-        head = self._git("show-ref", "--verify", "--hash", f"refs/heads/{branch}", check=False).strip()
-        return head or None
+        return self._ref_head(f"refs/heads/{branch}")
 
     def resolve(self, revision: str) -> str:
-        """The commit id that ``revision`` names: a branch (``v1``, ``refs/heads/v1``) or a full commit id."""
+        """The commit id that ``revision`` names: a branch (``v1``, ``refs/heads/v1``), a pull request
+        (``refs/pr/1``) or a full commit id."""
         if _COMMIT_SHA.fullmatch(revision):
             if self._git("cat-file", "-t", revision, check=False).strip() == "commit":
                 return revision
         else:
-            head = self.branch_head(revision.removeprefix("refs/heads/"))
+            head = self._ref_head(_writable_ref(revision))
             if head is not None:
                 return head
         raise RevisionNotFound(f"revision {revision!r} not found in {self.kind} repository {self.id}")
@@ -337,9 +394,19 @@ class Repository:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def write_blob(self, content: bytes) -> str:
-        """Store ``content`` as a git blob and return its id. Safe at any time: it moves no branch."""
-        return self._git("hash-object", "-w", "--stdin", input=content).strip()
+    @contextlib.contextmanager
+    def quarantine(self) -> Iterator[Path]:
+        """An object directory for one commit's objects (``write_blob(..., quarantine)``): they stay out
+        of the repository until ``commit(..., quarantine=...)`` moves them in, and are deleted on exit."""
+        staged = Path(tempfile.mkdtemp(dir=self._tmp_dir, prefix="objects-"))
+        try:
+            yield staged
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+
+    def write_blob(self, content: bytes, quarantine: Path | None = None) -> str:
+        """Store ``content`` as a git blob (in ``quarantine`` if given) and return its id. Moves no branch."""
+        return self._git("hash-object", "-w", "--stdin", input=content, env=_object_env(self, quarantine)).strip()
 
     def create_branch(self, branch: str, start_revision: str | None = None) -> str:
         """Create ``branch`` at ``start_revision`` (default: the head of main); return its commit."""
@@ -348,7 +415,7 @@ class Repository:
         with self._write_lock():
             if self.branch_head(branch) is not None:
                 raise BranchExists(f"branch {branch!r} already exists in {self.id}")
-            self._move_branch(branch, start, expected=None)
+            self._move_ref(f"refs/heads/{branch}", start, expected=None)
         return start
 
     def delete_branch(self, branch: str) -> None:
@@ -363,65 +430,105 @@ class Repository:
 
     def commit(
         self,
-        branch: str,
+        revision: str,
         operations: Sequence[CommitOperation],
         *,
         summary: str,
         description: str = "",
         parent_commit: str | None = None,
-    ) -> str:
-        """Apply ``operations`` in order on top of ``branch`` and return the new commit id.
+        create_pr: bool = False,
+        quarantine: Path | None = None,
+    ) -> CommitResult:
+        """Apply ``operations`` in order on top of ``revision`` (a branch or ``refs/pr/<N>``).
 
-        ``parent_commit`` (a full or abbreviated commit id), when given, must be the branch head.
-        A commit that changes nothing is still recorded, as an empty commit.
+        ``parent_commit`` (a full or abbreviated commit id), when given, must be the head of ``revision``.
+        With ``create_pr`` the revision does not move: the commit opens the next pull request,
+        ``refs/pr/<N>``, as the Hub does. A commit that changes nothing is still recorded, as an empty commit.
+        ``quarantine`` holds the blobs that ``operations`` add, if they were written to one.
         """
         if parent_commit is not None:
             if not _PARENT_COMMIT.fullmatch(parent_commit.lower()):
                 raise InvalidRevision(f"parentCommit {parent_commit!r} is not a (possibly abbreviated) commit id")
             parent_commit = parent_commit.lower()
         message = f"{summary}\n\n{description}" if description else summary
+        ref = _writable_ref(revision)
         with self._write_lock():
-            head = self.branch_head(branch)
+            head = self._ref_head(ref)
             if head is None:
                 raise RevisionNotFound(
-                    f"branch {branch!r} not found in {self.id}: commits go to an existing branch (create it first)"
+                    f"revision {revision!r} not found in {self.id}: commits go to an existing branch "
+                    "or pull request (create the branch first)"
                 )
             if parent_commit is not None and not head.startswith(parent_commit):
                 raise ParentCommitMismatch(
-                    f"parentCommit {parent_commit} is not the head of {branch!r} ({head}): the branch has moved"
+                    f"parentCommit {parent_commit} is not the head of {revision!r} ({head}): the branch has moved"
                 )
             files = self._files(head)
             for operation in operations:
                 operation.apply_to(files)
             _check_no_file_folder_clash(files)
-            return self._store_commit(files, parent=head, message=message, branch=branch)
+            store = functools.partial(self._store_commit, files, parent=head, message=message, quarantine=quarantine)
+            if not create_pr:
+                return CommitResult(store(ref=ref), None)
+            number = max(self.pull_requests(), default=0) + 1
+            return CommitResult(store(ref=f"refs/pr/{number}", new_ref=True), number)
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _store_commit(self, files: FileMap, *, parent: str | None, message: str, branch: str) -> str:
-        """Write the tree of ``files`` and a commit of it, then move ``branch`` from ``parent`` to it."""
-        tree = self._write_tree(files)
+    def _ref_head(self, ref: str) -> str | None:
+        """The commit that the full ref name ``ref`` points at, or None when there is no such ref."""
+        if not _is_git_ref_name(ref):
+            return None
+        head = self._git("show-ref", "--verify", "--hash", ref, check=False).strip()
+        return head or None
+
+    def _store_commit(
+        self,
+        files: FileMap,
+        *,
+        parent: str | None,
+        message: str,
+        ref: str,
+        new_ref: bool = False,
+        quarantine: Path | None = None,
+    ) -> str:
+        """Write the tree of ``files`` and a commit of it on top of ``parent``, then point ``ref`` at it:
+        ``ref`` must still be at ``parent``, or not exist yet when ``new_ref``."""
+        objects = _object_env(self, quarantine)
+        tree = self._write_tree(files, objects)
         parents = ("-p", parent) if parent else ()
-        commit = self._git("commit-tree", tree, *parents, input=message.encode()).strip()
-        self._move_branch(branch, commit, expected=parent)
+        commit = self._git("commit-tree", tree, *parents, input=message.encode(), env=objects).strip()
+        if quarantine is not None:
+            self._admit_objects(quarantine)
+        self._move_ref(ref, commit, expected=None if new_ref else parent)
         return commit
 
-    def _move_branch(self, branch: str, new: str, *, expected: str | None) -> None:
-        """Point ``branch`` at ``new`` if it is still at ``expected`` (None: does not exist yet).
+    def _admit_objects(self, quarantine: Path) -> None:
+        """Move the loose objects of ``quarantine`` into the repository, each with an atomic rename."""
+        for staged in quarantine.glob("??/*"):
+            target = self.git_dir / "objects" / staged.parent.name / staged.name
+            target.parent.mkdir(exist_ok=True)
+            os.replace(staged, target)  # an object's content is its name: replacing one changes nothing
+
+    def _move_ref(self, ref: str, new: str, *, expected: str | None) -> None:
+        """Point ``ref`` at ``new`` if it is still at ``expected`` (None: does not exist yet).
 
         This is the single step that makes a write visible, and it is atomic.
         """
-        result = self._run("update-ref", f"refs/heads/{branch}", new, expected or _ZERO_OID)
+        result = self._run("update-ref", ref, new, expected or _ZERO_OID)
         if result.returncode != 0:
-            raise ConcurrentUpdate(f"branch {branch!r} of {self.id} was updated concurrently; retry")
+            raise ConcurrentUpdate(
+                f"{ref} of {self.id} could not be updated (it was updated concurrently, or a branch "
+                f"name conflicts with it: {result.stderr.decode(errors='replace').strip()}); retry"
+            )
 
     def _files(self, commit: str) -> FileMap:
         return {entry.path: (entry.mode, entry.oid) for entry in self._ls_tree_raw("-r", commit)}
 
-    def _write_tree(self, files: FileMap) -> str:
+    def _write_tree(self, files: FileMap, objects_env: Mapping[str, str]) -> str:
         records = b"".join(f"{mode} {oid}\t{path}".encode() + b"\0" for path, (mode, oid) in sorted(files.items()))
         with tempfile.TemporaryDirectory(dir=self._tmp_dir, prefix="index-") as scratch:
-            index_env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+            index_env = {"GIT_INDEX_FILE": str(Path(scratch) / "index"), **objects_env}
             self._git("update-index", "-z", "--index-info", input=records, env=index_env)
             return self._git("write-tree", env=index_env).strip()
 
@@ -444,7 +551,7 @@ class Repository:
     @contextlib.contextmanager
     def _write_lock(self) -> Iterator[None]:
         """Serialize writers of this repository, across threads and processes (flock)."""
-        with open(self.git_dir / "hub-write.lock", "a") as lock_file:
+        with open(self.git_dir / _WRITE_LOCK, "a") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)
             try:
                 yield
@@ -477,6 +584,20 @@ class _RawTreeEntry:
     size: int
 
 
+def _object_env(repo: Repository, quarantine: Path | None) -> dict[str, str]:
+    """git's environment to write new objects to ``quarantine`` while reading the repository's too."""
+    if quarantine is None:
+        return {}
+    return {"GIT_OBJECT_DIRECTORY": str(quarantine), "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(repo.git_dir / "objects")}
+
+
+def _writable_ref(revision: str) -> str:
+    """The full ref name of a branch (``v1``, ``refs/heads/v1``) or pull request (``refs/pr/1``) revision."""
+    if _PULL_REQUEST_REF.fullmatch(revision):
+        return revision
+    return "refs/heads/" + revision.removeprefix("refs/heads/")
+
+
 def _check_no_file_folder_clash(files: FileMap) -> None:
     folders = set()
     for path in files:
@@ -496,12 +617,22 @@ class HubStorage:
         self.data_dir = Path(data_dir).resolve()
         self._repos_dir = self.data_dir / "repos"
         self._tmp_dir = self.data_dir / "tmp"
-        shutil.rmtree(self._tmp_dir, ignore_errors=True)  # leftovers of an interrupted run
-        self._tmp_dir.mkdir(parents=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._server_lock = _lock_data_dir(self.data_dir)
+        # This is the only server on the directory now: whatever a killed one left behind is stale.
+        shutil.rmtree(self._tmp_dir, ignore_errors=True)
+        self._tmp_dir.mkdir()
         self._repos_dir.mkdir(exist_ok=True)
+        for stale in list(_git_lock_files(self._repos_dir)):
+            stale.unlink(missing_ok=True)
+            _log.warning("local Hub: removed %s, a git lock file left by a server that was killed", stale)
         self._open_repos: dict[tuple[str, str, str], Repository] = {}
         self._open_repos_lock = threading.Lock()
         self._create_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Release the data directory for another server."""
+        self._server_lock.close()  # closing the file releases its flock
 
     def repo(self, kind: str, namespace: str, name: str) -> Repository:
         """The existing repository ``namespace/name`` of ``kind``, else RepoNotFound."""
@@ -538,7 +669,8 @@ class HubStorage:
                     {".gitattributes": (_REGULAR_FILE_MODE, gitattributes)},
                     parent=None,
                     message="initial commit",
-                    branch=DEFAULT_BRANCH,
+                    ref=f"refs/heads/{DEFAULT_BRANCH}",
+                    new_ref=True,
                 )
                 git_dir.parent.mkdir(parents=True, exist_ok=True)
                 os.rename(staging, git_dir)
@@ -564,3 +696,24 @@ class HubStorage:
         except InvalidName as error:
             raise missing(str(error)) from None
         return self._repos_dir / kind / namespace / f"{name}.git"
+
+
+def _lock_data_dir(data_dir: Path):
+    """Hold ``data_dir/server.lock`` exclusively for as long as the returned file stays open."""
+    lock_file = open(data_dir / _SERVER_LOCK, "a")
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock_file.close()
+        raise DataDirectoryInUse(
+            f"another local Hub is already serving {data_dir}: run one server per data directory"
+        ) from None
+    return lock_file
+
+
+def _git_lock_files(repos_dir: Path) -> Iterator[Path]:
+    """git's lock files (``refs/heads/main.lock``, ``packed-refs.lock``, ...) in every repository."""
+    for git_dir in repos_dir.glob("*/*/*.git"):
+        for lock in itertools.chain(git_dir.glob("*.lock"), (git_dir / "refs").rglob("*.lock")):
+            if lock.name != _WRITE_LOCK:
+                yield lock
