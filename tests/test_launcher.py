@@ -13,6 +13,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.compiler import make_backend
 from triton.runtime.jit import JITFunction, create_function_from_signature
@@ -287,3 +288,20 @@ def test_direct_launch_gate(launcher_module, monkeypatch, version, cuda, hip, in
     else:
         monkeypatch.setenv("TRITON_INTERPRET", interpret)
     assert launcher_module.direct_launch_supported() is direct
+
+
+def test_empty_launch_hook_chains_are_not_called(launcher_module, monkeypatch):
+    """Triton 3.6-3.9 hold launch hooks in HookChains: empty ones go as None, with no metadata built for them."""
+    chains = types.SimpleNamespace(
+        runtime=types.SimpleNamespace(launch_enter_hook=knobs.HookChain(), launch_exit_hook=knobs.HookChain())
+    )
+    monkeypatch.setattr(launcher_module, "knobs", chains)
+    jit, launch = _direct_launcher(launcher_module)
+    buffer = torch.empty(64)
+    for _ in range(2):
+        launch((2,), (buffer,), (32,), _options(launcher_module))
+    assert jit.direct_launches[-1][3:] == (None, None)
+    hook = lambda metadata: None  # noqa: E731 - a profiler registers one
+    chains.runtime.launch_enter_hook.add(hook)
+    launch((2,), (buffer,), (32,), _options(launcher_module))
+    assert jit.direct_launches[-1][3:] == (("metadata", (2, 1, 1)), chains.runtime.launch_enter_hook)

@@ -162,11 +162,21 @@ def fused_config(x: torch.Tensor) -> Optional[GemmConfig]:
     return gemm_config(n_tokens, describe_device(x.get_device())) if fused_pays_off(n_tokens) else None
 
 
-@functools.lru_cache(maxsize=256)
-def _launch_options(
-    config: GemmConfig, approximate: str, has_gate_bias: bool, has_up_bias: bool, int64_offsets: bool
-) -> LaunchOptions:
-    return LaunchOptions(
+@functools.lru_cache(maxsize=1024)
+def _launch_plan(
+    n_tokens: int,
+    n_out: int,
+    n_in: int,
+    strides: tuple[int, int, int, int],
+    config: GemmConfig,
+    approximate: str,
+    has_gate_bias: bool,
+    has_up_bias: bool,
+) -> tuple[tuple[int], LaunchOptions]:
+    """Grid and constexprs of one launch (cached: one lookup per call, no Python arithmetic on the way)."""
+    matrices = ((n_tokens, n_in), (n_out, n_in), (n_out, n_in), (n_tokens, n_out))
+    int64_offsets = needs_int64_offsets(*((rows, cols, stride) for (rows, cols), stride in zip(matrices, strides)))
+    options = LaunchOptions(
         constexprs=(
             ("APPROXIMATE_TANH", approximate == "tanh"),
             ("HAS_GATE_BIAS", has_gate_bias),
@@ -181,6 +191,8 @@ def _launch_options(
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
+    grid = (triton.cdiv(n_tokens, config.block_m) * triton.cdiv(n_out, config.block_n),)
+    return grid, options
 
 
 _launch_geglu_linear_kernel = Launcher(geglu_linear_kernel)
@@ -203,10 +215,9 @@ def launch_geglu_linear(
     n_tokens, n_in = x.shape
     n_out = gate_weight.shape[0]
     strides = (x.stride(0), gate_weight.stride(0), up_weight.stride(0), out.stride(0))
-    matrices = ((n_tokens, n_in), (n_out, n_in), (n_out, n_in), (n_tokens, n_out))
-    int64_offsets = needs_int64_offsets(*((rows, cols, stride) for (rows, cols), stride in zip(matrices, strides)))
-    options = _launch_options(config, approximate, gate_bias is not None, up_bias is not None, int64_offsets)
-    grid = (triton.cdiv(n_tokens, config.block_m) * triton.cdiv(n_out, config.block_n),)
+    grid, options = _launch_plan(
+        n_tokens, n_out, n_in, strides, config, approximate, gate_bias is not None, up_bias is not None
+    )
     # Without a bias the kernel never reads its pointer: pass out in its place.
     biases = (out if gate_bias is None else gate_bias, out if up_bias is None else up_bias)
     tensors = (x, gate_weight, up_weight, *biases, out)

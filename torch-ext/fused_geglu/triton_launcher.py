@@ -39,6 +39,7 @@ path without compiling it again.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -96,6 +97,11 @@ def direct_launch_supported() -> bool:
     )
 
 
+def _calls_anything(hook: Any) -> bool:
+    """Whether calling this launch hook calls anything (Triton 3.6-3.9 keep hooks in a HookChain's ``calls``)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
 def parameter_flags(kernel: Any) -> tuple[tuple[bool, bool, bool], ...]:
     """(is_const, specialize, align) of each non-constexpr parameter, as Triton's dispatch passes them."""
     return tuple(
@@ -108,6 +114,12 @@ def parameter_flags(kernel: Any) -> tuple[tuple[bool, bool, bool], ...]:
 def specialization_key(backend: Any, args: tuple, flags: tuple[tuple[bool, bool, bool], ...]) -> tuple:
     """What Triton's dispatch specializes these (non-constexpr) arguments on, for this backend."""
     return tuple([native_specialize_impl(backend, arg, *flag) for arg, flag in zip(args, flags)])
+
+
+@functools.lru_cache(maxsize=4096)
+def scalar_specialization_key(backend: Any, scalars: tuple[int, ...], flags: tuple[tuple[bool, bool, bool], ...]) -> tuple:
+    """``specialization_key`` of integer arguments, which depends on their values alone: cached."""
+    return specialization_key(backend, scalars, flags)
 
 
 @dataclass(frozen=True)
@@ -144,7 +156,7 @@ class Launcher:
         self.direct = direct_launch_supported()
         self._compiled: dict[tuple, Any] = {}
         self._backends: dict[int, Any] = {}  # device index -> Triton's backend (direct path only)
-        self._flags: Optional[tuple] = None  # parameter_flags(kernel), read on the first direct launch
+        self._tensor_flags = self._scalar_flags = ()  # parameter_flags(kernel), split; set on the first direct launch
         self._unavailable: dict[tuple, str] = {}  # (device index, options.key) -> why it did not compile or launch
 
     def __call__(
@@ -163,8 +175,14 @@ class Launcher:
         backend = self._backends.get(index)
         if backend is None:
             backend = self._backends[index] = make_backend(driver.active.get_current_target())
-            self._flags = parameter_flags(self.kernel)
-        key = (index, options.key, specialization_key(backend, tensors + scalars, self._flags))
+            flags = parameter_flags(self.kernel)
+            self._tensor_flags, self._scalar_flags = flags[: len(tensors)], flags[len(tensors) :]
+        key = (
+            index,
+            options.key,
+            specialization_key(backend, tensors, self._tensor_flags),
+            scalar_specialization_key(backend, scalars, self._scalar_flags),
+        )
         compiled = self._compiled.get(key)
         if compiled is None:
             self._compiled[key] = self._dispatch(grid, tensors, scalars, options, index)
@@ -176,19 +194,13 @@ class Launcher:
         args = (*[t.data_ptr() for t in tensors], *scalars, *options.constexpr_values)
         grid_xyz = grid + (1,) * (3 - len(grid))
         stream = driver.active.get_current_stream(index)
-        enter_hook = knobs.runtime.launch_enter_hook
-        # Without an enter hook, Triton's launch_metadata returns None at once: skip the call.
+        # Launch hooks (profilers) are HookChains, empty unless one is registered: an empty chain
+        # would be called for nothing, and the launch metadata built for it never read.
+        enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        enter_hook = enter_hook if _calls_anything(enter_hook) else None
+        exit_hook = exit_hook if _calls_anything(exit_hook) else None
         metadata = None if enter_hook is None else compiled.launch_metadata(grid_xyz, stream, *args)
-        compiled.run(
-            *grid_xyz,
-            stream,
-            compiled.function,
-            compiled.packed_metadata,
-            metadata,
-            enter_hook,
-            knobs.runtime.launch_exit_hook,
-            *args,
-        )
+        compiled.run(*grid_xyz, stream, compiled.function, compiled.packed_metadata, metadata, enter_hook, exit_hook, *args)
 
     def _dispatch(self, grid, tensors, scalars, options: LaunchOptions, index: int) -> Any:
         """Triton's own dispatch (compiling on a new specialization); KernelUnavailable where it cannot."""
