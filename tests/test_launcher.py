@@ -226,7 +226,8 @@ def test_the_key_is_what_triton_specializes_on(launcher_module, backend_name):
     binder = create_function_from_signature(TEST_KERNEL.signature, TEST_KERNEL.params, backend)
     flags = launcher_module.parameter_flags(TEST_KERNEL)
     for name, args in _argument_sets().items():
-        tritons = [spec for spec in binder(*args, BLOCK=16)[1] if spec[0] != "constexpr" or spec[1] != 16]
+        specs = binder(*args, BLOCK=16)[1]
+        tritons = [spec for spec, param in zip(specs, TEST_KERNEL.params) if not param.is_constexpr]
         assert list(launcher_module.specialization_key(backend, args, flags)) == tritons, name
 
 

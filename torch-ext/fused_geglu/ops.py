@@ -9,7 +9,10 @@ device:
 - CUDA, ROCm and XPU tensors: the Triton kernels (for ``geglu_linear``, the
   fused GEMM where it pays off, else two GEMMs and the activation kernel);
 - CPU tensors under ``TRITON_INTERPRET=1``: the same Triton kernels, interpreted;
-- other CPU tensors (or no triton installed): the PyTorch fallback.
+- other CPU tensors (or no triton installed): the PyTorch fallback;
+- a kernel that Triton cannot compile or launch for the device
+  (``KernelUnavailable``): ``geglu_linear`` runs two GEMMs and the activation
+  kernel, the activation the PyTorch fallback, with one warning per process.
 
 Ops (inputs are validated by the public functions in ``functional.py``, which
 call them under torch.compile and their implementations directly in eager mode):
