@@ -81,21 +81,47 @@ def test_every_table_configuration_is_compiled(kernel, compiled, target):
             assert repr(tables.elementwise_config(1, 2**30, element_size, target.warp_size)) in contiguous
 
 
+def limit_violations(result: dict, target, fused_max_tokens: int) -> list[str]:
+    """How one compilation exceeds the target's limits (none: it fits)."""
+    where = f"{result['kernel']} {result['config']} {result['dtype']} {result['gelu']} on {target.name}"
+    violations = []
+    if result["shared_bytes"] > target.shared_memory:
+        violations.append(f"{where}: {result['shared_bytes']} B of shared memory, {target.shared_memory} available")
+    if result["registers"] > target.registers_per_thread:
+        violations.append(f"{where}: {result['registers']} registers per thread, {target.registers_per_thread} allowed")
+    if target.backend == "cuda":
+        per_thread = -(-result["registers"] // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+        block = per_thread * result["num_warps"] * target.warp_size
+        if block > target.register_file:
+            violations.append(f"{where}: {block} registers per block, {target.register_file} per SM")
+    # What GPUs run (decode and mid GEMM classes, elementwise kernels) must not spill registers;
+    # the prefill class runs only under the interpreter and for tuning (cuBLAS past FUSED_MAX_TOKENS).
+    runs_on_gpus = result["kernel"] != "geglu_linear_kernel" or (
+        result["most_tokens"] is not None and result["most_tokens"] <= fused_max_tokens
+    )
+    if runs_on_gpus and result["stack_bytes"]:
+        violations.append(f"{where}: spills {result['stack_bytes']} bytes")
+    return violations
+
+
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
 def test_compiled_kernels_fit_the_target(kernel, compiled, target):
     """Shared memory within the opt-in maximum; registers within a thread's and the register file's limits."""
-    tables = kernel.device_tables
-    for result in _results_for(compiled, target):
-        where = f"{result['kernel']} {result['config']} {result['dtype']} {result['gelu']} on {target.name}"
-        assert result["shared_bytes"] <= target.shared_memory, where
-        assert result["registers"] <= target.registers_per_thread, where
-        if target.backend == "cuda":
-            per_thread = -(-result["registers"] // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
-            assert per_thread * result["num_warps"] * target.warp_size <= target.register_file, where
-        # What GPUs run (decode and mid GEMM classes, elementwise kernels) must not spill registers;
-        # the prefill class runs only under the interpreter and for tuning (cuBLAS past FUSED_MAX_TOKENS).
-        runs_on_gpus = result["kernel"] != "geglu_linear_kernel" or (
-            result["most_tokens"] is not None and result["most_tokens"] <= tables.FUSED_MAX_TOKENS
-        )
-        if runs_on_gpus:
-            assert result["stack_bytes"] == 0, f"{where} spills {result['stack_bytes']} bytes"
+    fused_max_tokens = kernel.device_tables.FUSED_MAX_TOKENS
+    results = _results_for(compiled, target)
+    assert [v for result in results for v in limit_violations(result, target, fused_max_tokens)] == []
+
+
+def test_the_limits_catch_what_broke_decode_on_99_kb_gpus():
+    """The H200's decode configuration as Triton compiles it for sm_86 (issue 12), and a block over the register file."""
+    sm_86 = next(t for t in TARGETS if t.name == "sm_86")
+    h200_decode = {
+        "kernel": "geglu_linear_kernel", "config": "16x64x128, 5 stages", "dtype": "bf16", "gelu": "tanh",
+        "most_tokens": 16, "num_warps": 4, "shared_bytes": 147_456, "registers": 103, "stack_bytes": 0,
+    }
+    assert len(limit_violations(h200_decode, sm_86, 64)) == 1
+    too_many_registers = {**h200_decode, "shared_bytes": 49_152, "registers": 255, "num_warps": 16}
+    assert len(limit_violations(too_many_registers, sm_86, 64)) == 1
+    spilling_decode = {**h200_decode, "shared_bytes": 73_728, "stack_bytes": 136}
+    assert len(limit_violations(spilling_decode, sm_86, 64)) == 1
+    assert limit_violations({**spilling_decode, "most_tokens": None}, sm_86, 64) == []
