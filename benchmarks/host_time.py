@@ -40,8 +40,8 @@ from geglu_triton.benchmarking.timing import garbage_collector_paused
 
 GEMMA3_1B = MLPModel("Gemma3 1B", 1152, 6912)
 GEMMA3_4B = MLPModel("Gemma3 4B", 2560, 10240)
-#: Calls per round (each queues at most a few kernels: well inside CUDA's launch queue) and rounds.
-CALLS = 200
+#: Calls per round (at most five kernels each: 500 launches, inside CUDA's launch queue of ~1000) and rounds.
+CALLS = 100
 ROUNDS = 7
 #: The spin that keeps the GPU busy through a round: this many seconds at 2 GHz or less.
 SPIN_S = 0.1
