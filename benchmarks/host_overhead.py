@@ -146,7 +146,7 @@ def activation_cases(kernel, shape) -> dict:
     tensors = (g, u, out)
     n_cols = g.numel()
     scalars = (1, n_cols, n_cols, n_cols, n_cols)
-    grid, options = tk.launch_plan(1, n_cols, n_cols, g.element_size(), "tanh")
+    grid, options = tk.launch_plan(1, n_cols, n_cols, g.element_size(), "tanh", kernel.device_tables.describe_device(0).warp_size)
     compiled = tk.geglu_forward_kernel[grid](*tensors, *scalars, **options.as_kwargs())
     stream = torch.cuda.current_stream().cuda_stream
     gr, ur = g.clone().requires_grad_(), u.clone().requires_grad_()

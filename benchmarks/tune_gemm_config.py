@@ -1,6 +1,6 @@
 """Sweep the fused GeGLU GEMM's launch table on a GPU, against the paths it replaces.
 
-Evidence for ``triton_gemm_kernels.TOKEN_CLASSES`` and ``FUSED_MAX_TOKENS``.
+Evidence for ``device_tables.GEMM_TABLES`` and ``FUSED_MAX_TOKENS``.
 For each model size and token count it times, side by side on the same
 random inputs (medians of ``triton.testing.do_bench``, which clears the L2
 before every repetition; every weight matrix here is larger than the L2):
@@ -136,10 +136,11 @@ def main() -> None:
             return kernel.geglu(x @ w_gate.T, x @ w_up.T, approximate=approximate)
 
         def fused_with(config):
-            return lambda: gemm.launch_geglu_linear(x, w_gate, w_up, None, None, out, approximate, config=config)
+            return lambda: gemm.launch_geglu_linear(x, w_gate, w_up, None, None, out, approximate, config)
 
         reference = eager().float()
-        table = gemm.geglu_linear_config(tokens)
+        tables = kernel.device_tables
+        table = tables.gemm_config(tokens, tables.describe_device(torch.cuda.current_device()))
         cell = {"model": model.name, "hidden": hidden, "intermediate": intermediate, "tokens": tokens}
         cell["floor_us"] = floor_s * 1e6
         cell["table_config"] = table.__dict__

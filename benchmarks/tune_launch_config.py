@@ -1,6 +1,6 @@
 """Sweep the launch table of the GeGLU kernels on a GPU: tile bytes x warps, per shape class.
 
-Evidence for ``triton_kernels.launch_config``: for each shape and layout it
+Evidence for ``device_tables.elementwise_config``: for each shape and layout it
 times the forward and backward kernels under every candidate configuration
 (side by side with eager and, when installed, Liger, on the same inputs) and
 prints the best configuration per shape class. Results go to a JSON file.

@@ -274,7 +274,7 @@ def test_64bit_offset_kernels_compute_the_same(kernel, device, approximate):
         pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
     gate, up, grad_out = (randn(3, 37, device=device) for _ in range(3))
     out, grad_gate, grad_up = (torch.empty(3, 37, device=device) for _ in range(3))
-    grid, options = tk.launch_plan(3, 37, 37, 4, approximate)
+    grid, options = tk.launch_plan(3, 37, 37, 4, approximate, warp_size=32)
     common = {**options.as_kwargs(), "INT64_OFFSETS": True}
     tk.geglu_forward_kernel[grid](gate, up, out, 3, 37, 37, 37, 37, **common)
     out_again = torch.empty_like(out)

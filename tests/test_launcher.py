@@ -6,10 +6,17 @@ H200 the same code path runs for real under every kernel test and the bench.
 
 from __future__ import annotations
 
+import inspect
 import types
 
 import pytest
 import torch
+import triton
+import triton.language as tl
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.compiler import make_backend
+from triton.runtime.jit import JITFunction, create_function_from_signature
 
 
 class FakeCompiledKernel:
@@ -29,16 +36,29 @@ class FakeCompiledKernel:
         self.launches.append(((grid_x, grid_y, grid_z), args, stream, metadata, enter_hook))
 
 
-class FakeJITFunction:
-    """A ``@triton.jit`` kernel(ptr, n, BLOCK: constexpr, FLAG: constexpr) that records Triton-dispatched calls."""
+def _fake_kernel_source(ptr, n, BLOCK: tl.constexpr, FLAG: tl.constexpr):
+    pass
 
-    def __init__(self) -> None:
+
+class FakeJITFunction:
+    """A ``@triton.jit`` kernel(ptr, n, BLOCK: constexpr, FLAG: constexpr) that records Triton-dispatched calls.
+
+    Its parameters are a real JITFunction's (they carry the flags Triton's dispatch specializes with).
+    """
+
+    __name__ = "fake_kernel"
+    params = JITFunction(_fake_kernel_source).params
+
+    def __init__(self, error: Exception | None = None) -> None:
         self.dispatches: list = []
         self.direct_launches: list = []
+        self.error = error
 
     def __getitem__(self, grid):
         def dispatch(*args, **constexprs_and_options):
             self.dispatches.append((grid, args, constexprs_and_options))
+            if self.error is not None:
+                raise self.error
             return FakeCompiledKernel(self.direct_launches)
 
         return dispatch
@@ -50,7 +70,11 @@ STREAM = 0xC0FFEE
 @pytest.fixture
 def launcher_module(kernel, monkeypatch):
     module = kernel.triton_launcher
-    device = types.SimpleNamespace(get_current_device=lambda: 0, get_current_stream=lambda index: STREAM)
+    device = types.SimpleNamespace(
+        get_current_device=lambda: 0,
+        get_current_stream=lambda index: STREAM,
+        get_current_target=lambda: GPUTarget("cuda", 90, 32),
+    )
     monkeypatch.setattr(module, "driver", types.SimpleNamespace(active=device))
     monkeypatch.setattr(module, "knobs", _knobs(enter_hook=None))
     return module
@@ -77,9 +101,9 @@ def test_second_call_launches_the_compiled_kernel_directly(launcher_module):
     launch((4,), (buffer,), (32,), _options(launcher_module))
     launch((8,), (buffer,), (48,), _options(launcher_module))
     assert jit.dispatches == [((4,), (buffer, 32), {"BLOCK": 16, "FLAG": True, "num_warps": 4})]
-    # Every bound argument, constexprs included, in signature order; the grid as three axes.
-    # Without a launch hook there is no launch metadata (Triton's launch_metadata would return None).
-    assert jit.direct_launches == [((8, 1, 1), (buffer, 48, 16, True), STREAM, None, None)]
+    # Every bound argument, constexprs included, in signature order, pointers as addresses; the grid
+    # as three axes. Without a launch hook there is no launch metadata (Triton's would return None).
+    assert jit.direct_launches == [((8, 1, 1), (buffer.data_ptr(), 48, 16, True), STREAM, None, None)]
 
 
 class FakeCudaTensor:
@@ -116,7 +140,8 @@ def test_launch_hooks_get_their_metadata(launcher_module, monkeypatch):
     buffer = torch.empty(64)
     for _ in range(2):
         launch((2,), (buffer,), (32,), _options(launcher_module))
-    assert jit.direct_launches == [((2, 1, 1), (buffer, 32, 16, True), STREAM, ("metadata", (2, 1, 1)), hook)]
+    expected_args = (buffer.data_ptr(), 32, 16, True)
+    assert jit.direct_launches == [((2, 1, 1), expected_args, STREAM, ("metadata", (2, 1, 1)), hook)]
 
 
 @pytest.mark.parametrize(
@@ -153,3 +178,131 @@ def test_without_direct_launch_every_call_goes_through_triton(launcher_module):
 def test_interpreted_kernels_never_launch_directly(launcher_module, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert not launcher_module.direct_launch_supported()
+
+
+def test_a_configuration_that_does_not_compile_is_unavailable_from_then_on(launcher_module):
+    """Triton's OutOfResources on the first call: KernelUnavailable, then at once, without compiling again."""
+    jit = FakeJITFunction(error=triton.runtime.errors.OutOfResources(147_456, 101_376, "shared memory"))
+    launch = launcher_module.Launcher(jit)
+    launch.direct = True
+    buffer = torch.empty(64)
+    for _ in range(2):
+        with pytest.raises(launcher_module.KernelUnavailable, match="OutOfResources"):
+            launch((4,), (buffer,), (32,), _options(launcher_module))
+    assert len(jit.dispatches) == 1
+    with pytest.raises(launcher_module.KernelUnavailable):  # another configuration is still tried
+        launch((4,), (buffer,), (32,), _options(launcher_module, block=32))
+    assert len(jit.dispatches) == 2
+
+
+# --- the key against Triton's own specialization, for each backend, without a device ---------------
+
+
+def _signature_of_the_test_kernel(a_ptr, b_ptr, n, m, stride, BLOCK: tl.constexpr):
+    pass
+
+
+#: A JITFunction whatever TRITON_INTERPRET says; ``m`` is not specialized on, like geglu_linear_kernel's n_tokens.
+TEST_KERNEL = JITFunction(_signature_of_the_test_kernel, do_not_specialize=["m"])
+
+BACKENDS = {"cuda": GPUTarget("cuda", 90, 32), "rocm": GPUTarget("hip", "gfx942", 64)}
+
+
+def _argument_sets():
+    small = torch.empty(256, dtype=torch.bfloat16)
+    over_2gib = torch.empty(2**31 + 64, dtype=torch.bfloat16, device="meta")  # ROCm: no 32-bit buffer offsets
+    return {
+        "aligned": (small, small, 4096, 7, 2048),
+        "misaligned": (small[1:], small.half(), 4095, 16, 2048),
+        "ones": (small, small, 1, 1, 1),
+        "int64": (small, small, 2**31 + 16, 2**31 + 16, -3),
+        "over 2 GiB": (over_2gib, small, 4096, 7, 2048),
+    }
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_the_key_is_what_triton_specializes_on(launcher_module, backend_name):
+    backend = make_backend(BACKENDS[backend_name])
+    binder = create_function_from_signature(TEST_KERNEL.signature, TEST_KERNEL.params, backend)
+    flags = launcher_module.parameter_flags(TEST_KERNEL)
+    for name, args in _argument_sets().items():
+        specs = binder(*args, BLOCK=16)[1]
+        tritons = [spec for spec, param in zip(specs, TEST_KERNEL.params) if not param.is_constexpr]
+        assert list(launcher_module.specialization_key(backend, args, flags)) == tritons, name
+
+
+def test_rocm_keys_a_tensor_over_2_gib_apart(launcher_module):
+    """ROCm compiles 32-bit buffer offsets for tensors within 2 GiB: a larger one must not reuse that binary."""
+    sets = _argument_sets()
+    flags = launcher_module.parameter_flags(TEST_KERNEL)
+    keys = {
+        name: [launcher_module.specialization_key(make_backend(target), sets[case], flags) for case in ("aligned", "over 2 GiB")]
+        for name, target in BACKENDS.items()
+    }
+    assert keys["cuda"][0] == keys["cuda"][1]
+    assert keys["rocm"][0] != keys["rocm"][1]
+
+
+# --- the version and backend gate ---------------------------------------------------------------------
+
+
+def test_the_gate_admits_only_releases_whose_dispatch_the_launcher_repeats(launcher_module):
+    """Fails when the gate admits the installed Triton but its dispatch no longer ends as the direct path does.
+
+    What the direct path relies on, read from the installed release: the dispatch specializes each
+    argument with native_specialize_impl and launches with ``kernel.run(grid_0, grid_1, grid_2, stream,
+    function, packed_metadata, launch_metadata, enter hook, exit hook, *bound arguments)``.
+    """
+    from triton.runtime import jit
+
+    run = inspect.getsource(JITFunction.run)
+    binder = inspect.getsource(jit.create_function_from_signature)
+    repeats = (
+        "kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, launch_metadata,"
+        in run
+        and "knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *bound_args.values())" in run
+        and "specialize_impl(backend, {name}, {is_const}, {specialize}, {align})" in binder
+        and "specialize_impl = native_specialize_impl" in binder
+    )
+    admitted = launcher_module._triton_version() in launcher_module.DIRECT_LAUNCH_TRITON
+    assert admitted == repeats, (triton.__version__, admitted, repeats)
+
+
+@pytest.mark.parametrize(
+    "version, cuda, hip, interpret, direct",
+    [
+        ("3.6.0", "12.8", None, None, True),
+        ("3.9.0", None, "7.0", None, True),
+        ("3.9.0", "12.8", None, "1", False),  # interpreted
+        ("3.5.1", "12.8", None, None, False),  # Python specialization: not checked
+        ("3.10.0", "12.8", None, None, False),  # not read yet
+        ("4.0.0", "12.8", None, None, False),
+        ("3.9.0", None, None, None, False),  # XPU (or CPU) build of torch
+    ],
+)
+def test_direct_launch_gate(launcher_module, monkeypatch, version, cuda, hip, interpret, direct):
+    monkeypatch.setattr(triton, "__version__", version)
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    if interpret is None:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    else:
+        monkeypatch.setenv("TRITON_INTERPRET", interpret)
+    assert launcher_module.direct_launch_supported() is direct
+
+
+def test_empty_launch_hook_chains_are_not_called(launcher_module, monkeypatch):
+    """Triton 3.6-3.9 hold launch hooks in HookChains: empty ones go as None, with no metadata built for them."""
+    chains = types.SimpleNamespace(
+        runtime=types.SimpleNamespace(launch_enter_hook=knobs.HookChain(), launch_exit_hook=knobs.HookChain())
+    )
+    monkeypatch.setattr(launcher_module, "knobs", chains)
+    jit, launch = _direct_launcher(launcher_module)
+    buffer = torch.empty(64)
+    for _ in range(2):
+        launch((2,), (buffer,), (32,), _options(launcher_module))
+    assert jit.direct_launches[-1][3:] == (None, None)
+    hook = lambda metadata: None  # noqa: E731 - a profiler registers one
+    chains.runtime.launch_enter_hook.add(hook)
+    launch((2,), (buffer,), (32,), _options(launcher_module))
+    assert jit.direct_launches[-1][3:] == (("metadata", (2, 1, 1)), chains.runtime.launch_enter_hook)

@@ -73,14 +73,14 @@ def test_geglu_linear_matches_eager(kernel, device, tokens_shape, hidden, interm
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_every_launch_table_config_is_correct(kernel, device, dtype):
-    """Each class's tiles, on a problem that none of its block sizes divides (row, column and K tails)."""
+    """Each class's tiles, of every device's table, on a problem that none of its block sizes divides (tails)."""
     gemm = kernel.triton_gemm_kernels
-    for _, config in gemm.TOKEN_CLASSES:
+    for config in {config for _, table in kernel.device_tables.GEMM_TABLES for _, config in table}:
         tokens = config.block_m + 3
         operands = linear_inputs((tokens,), config.block_k + 40, config.block_n + 5, dtype=dtype, device=device, bias=True)
         x, gate_weight, up_weight, gate_bias, up_bias = operands
         out = torch.full((tokens, gate_weight.shape[0]), float("nan"), dtype=dtype, device=device)
-        gemm.launch_geglu_linear(x, gate_weight, up_weight, gate_bias, up_bias, out, "tanh", config=config)
+        gemm.launch_geglu_linear(x, gate_weight, up_weight, gate_bias, up_bias, out, "tanh", config)
         _assert_matches_eager_error(out, operands, "tanh")
 
 

@@ -9,7 +9,10 @@ device:
 - CUDA, ROCm and XPU tensors: the Triton kernels (for ``geglu_linear``, the
   fused GEMM where it pays off, else two GEMMs and the activation kernel);
 - CPU tensors under ``TRITON_INTERPRET=1``: the same Triton kernels, interpreted;
-- other CPU tensors (or no triton installed): the PyTorch fallback.
+- other CPU tensors (or no triton installed): the PyTorch fallback;
+- a kernel that Triton cannot compile or launch for the device
+  (``KernelUnavailable``): ``geglu_linear`` runs two GEMMs and the activation
+  kernel, the activation the PyTorch fallback, with one warning per process.
 
 Ops (inputs are validated by the public functions in ``functional.py``, which
 call them under torch.compile and their implementations directly in eager mode):
@@ -32,6 +35,7 @@ call them under torch.compile and their implementations directly in eager mode):
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Optional
 
 import torch
@@ -43,8 +47,10 @@ from .checks import check_no_overlap, concat_output_shape
 
 try:
     from . import triton_gemm_kernels, triton_kernels
+    from .triton_launcher import KernelUnavailable
 except ImportError:  # triton is optional: the torch-cpu variant must import without it
     triton_gemm_kernels = triton_kernels = None
+    KernelUnavailable = RuntimeError  # never raised: nothing is launched
 
 _TRITON_INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -55,6 +61,22 @@ def _runs_on_triton(tensor: torch.Tensor) -> bool:
     if tensor.device.type == "cpu":
         return _TRITON_INTERPRETER
     return True
+
+
+_warned_of_fallback = False
+
+
+def _warn_of_fallback(error: Exception) -> None:
+    """Once per process: a kernel does not run on this device, so its calls take the unfused path."""
+    global _warned_of_fallback
+    if not _warned_of_fallback:
+        _warned_of_fallback = True
+        warnings.warn(
+            f"fused-geglu: {error}. Calls that need it run unfused instead (two GEMMs and the activation "
+            "kernel, or PyTorch): correct, but slower. This warning is shown once per process.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _row_view(tensor: torch.Tensor) -> Optional[torch.Tensor]:
@@ -97,9 +119,11 @@ def _forward_into(gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor, appro
     if out.numel() == 0:
         return
     if _runs_on_triton(gate):
-        triton_kernels.launch_forward(*_kernel_operands(gate, up, out), approximate)
-    else:
-        torch_fallback.forward_into(gate, up, out, approximate)
+        try:
+            return triton_kernels.launch_forward(*_kernel_operands(gate, up, out), approximate)
+        except KernelUnavailable as error:
+            _warn_of_fallback(error)
+    torch_fallback.forward_into(gate, up, out, approximate)
 
 
 def _backward_into(grad_out, gate, up, grad_gate, grad_up, approximate: str, out=None) -> None:
@@ -108,9 +132,11 @@ def _backward_into(grad_out, gate, up, grad_gate, grad_up, approximate: str, out
         return
     if _runs_on_triton(gate):
         tensors = (grad_out, gate, up, grad_gate, grad_up) + (() if out is None else (out,))
-        triton_kernels.launch_backward(*_kernel_operands(*tensors), approximate)
-    else:
-        torch_fallback.backward_into(grad_out, gate, up, grad_gate, grad_up, approximate, out)
+        try:
+            return triton_kernels.launch_backward(*_kernel_operands(*tensors), approximate)
+        except KernelUnavailable as error:
+            _warn_of_fallback(error)
+    torch_fallback.backward_into(grad_out, gate, up, grad_gate, grad_up, approximate, out)
 
 
 def _new_output(like: torch.Tensor, shape=None) -> torch.Tensor:
@@ -159,21 +185,20 @@ def geglu_concat_backward_impl(grad_out, x, approximate: str) -> torch.Tensor:
     return grad_x
 
 
-def _fused_linear_operands(x, gate_weight, up_weight):
-    """x as [tokens, hidden] for the fused GEMM, or None where the fused kernel does not run.
+def _fused_linear_plan(x, gate_weight, up_weight):
+    """(x as [tokens, hidden], launch configuration) for the fused GEMM, or None where it does not run.
 
     It runs on Triton devices, on bf16/fp16, with weights whose rows are
-    contiguous (as nn.Linear's are), where the launch table says it beats
-    two GEMMs and the activation kernel.
+    contiguous (as nn.Linear's are), where it beats two GEMMs and the
+    activation kernel and the device has a launch table.
     """
     if not _runs_on_triton(x) or x.dtype not in triton_gemm_kernels.FUSED_DTYPES:
         return None
     if gate_weight.stride(-1) != 1 or up_weight.stride(-1) != 1:
         return None
     x_rows = _row_view(x)
-    if x_rows is None or not triton_gemm_kernels.fused_pays_off(x_rows.shape[0]):
-        return None
-    return x_rows
+    config = None if x_rows is None else triton_gemm_kernels.fused_config(x_rows)
+    return None if config is None else (x_rows, config)
 
 
 def geglu_linear_impl(
@@ -186,21 +211,26 @@ def geglu_linear_impl(
 ) -> torch.Tensor:
     """gelu(x W_gate^T + b_gate) * (x W_up^T + b_up).
 
-    One fused GEMM where it runs and pays off; otherwise two GEMMs and the
-    activation kernel (or its PyTorch fallback).
+    One fused GEMM where it runs and pays off; otherwise (or where Triton
+    cannot compile it for the device) two GEMMs and the activation kernel
+    (or its PyTorch fallback).
     """
     out = _new_output(x, x.shape[:-1] + (gate_weight.shape[0],))
     if out.numel() == 0:
         return out
-    x_rows = _fused_linear_operands(x, gate_weight, up_weight)
-    if x_rows is not None:
+    plan = _fused_linear_plan(x, gate_weight, up_weight)
+    if plan is not None:
+        x_rows, config = plan
         # The kernel reads a bias as a unit-stride vector: copy one that is not (it is tiny next to the weights).
         biases = [b if b is None or b.stride(0) == 1 else b.contiguous() for b in (gate_bias, up_bias)]
-        triton_gemm_kernels.launch_geglu_linear(
-            x_rows, gate_weight, up_weight, *biases, out.view(-1, out.shape[-1]), approximate
-        )
-    else:
-        _forward_into(F.linear(x, gate_weight, gate_bias), F.linear(x, up_weight, up_bias), out, approximate)
+        try:
+            triton_gemm_kernels.launch_geglu_linear(
+                x_rows, gate_weight, up_weight, *biases, out.view(-1, out.shape[-1]), approximate, config
+            )
+            return out
+        except KernelUnavailable as error:
+            _warn_of_fallback(error)
+    _forward_into(F.linear(x, gate_weight, gate_bias), F.linear(x, up_weight, up_bias), out, approximate)
     return out
 
 

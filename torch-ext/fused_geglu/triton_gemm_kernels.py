@@ -21,14 +21,18 @@ operands, fp32 accumulation; on Hopper, wgmma where the tile allows).
 Rows and columns past the end of x and W are clamped onto valid ones, so the
 loads need no row or column mask; the final store drops those results.
 
-The launch table (``geglu_linear_config``) has two shape classes:
+The launch tables (``device_tables.GEMM_TABLES``, one per shared-memory
+class of device) have these token classes:
 
 - decode (a few tokens): each weight is read once and each weight byte
   meets at most a few tokens, so the kernel streams weights and is
   memory-bound. BLOCK_M is the smallest tile ``tl.dot`` takes (16) and
   BLOCK_N is small, giving several programs per SM to keep HBM busy.
-- prefill: compute-bound. Large tiles; programs run in groups of GROUP_M
-  row tiles that share each weight tile while it is in L2.
+- mid (up to 64 tokens) and prefill: compute-bound. Larger tiles; programs
+  run in groups of GROUP_M row tiles that share each weight tile while it
+  is in L2. Past 64 tokens two cuBLAS GEMMs are faster on GPUs
+  (``FUSED_MAX_TOKENS``); the prefill class runs under the interpreter and
+  for tuning.
 
 Rounding points
 ---------------
@@ -42,13 +46,13 @@ accumulation.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
 import triton
 import triton.language as tl
 
+from .device_tables import FUSED_MAX_TOKENS, GemmConfig, describe_device, gemm_config
 from .triton_kernels import RUNS_INTERPRETED, geglu_rounded_like_eager, needs_int64_offsets, round_to
 from .triton_launcher import Launcher, LaunchOptions
 
@@ -141,35 +145,6 @@ def geglu_linear_kernel(
     tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :], h, mask=mask)
 
 
-@dataclass(frozen=True)
-class GemmConfig:
-    block_m: int
-    block_n: int
-    block_k: int
-    group_m: int
-    num_warps: int
-    num_stages: int
-
-
-#: Launch table by token count: (most tokens of the class, config). Each is
-#: the configuration with the best geometric-mean time over the class's
-#: cells (Gemma 2B, 7B, Gemma3 27B sizes) in benchmarks/tune_gemm_config.py
-#: on the H200 (benchmarks/results/2026-12-02-h200-session2/gemm_sweep_v1.json).
-TOKEN_CLASSES: tuple[tuple[Optional[int], GemmConfig], ...] = (
-    (16, GemmConfig(block_m=16, block_n=64, block_k=128, group_m=1, num_warps=4, num_stages=5)),
-    (64, GemmConfig(block_m=64, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=3)),
-    (None, GemmConfig(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3)),
-)
-
-#: The fused kernel is the default up to this many tokens; past it, two
-#: cuBLAS GEMMs and the activation kernel are faster (docs/PERFORMANCE.md).
-FUSED_MAX_TOKENS = 64
-
-
-def geglu_linear_config(n_tokens: int) -> GemmConfig:
-    return next(config for most, config in TOKEN_CLASSES if most is None or n_tokens <= most)
-
-
 def fused_pays_off(n_tokens: int) -> bool:
     """Whether the fused kernel is the faster path for this many tokens.
 
@@ -178,11 +153,30 @@ def fused_pays_off(n_tokens: int) -> bool:
     return RUNS_INTERPRETED or n_tokens <= FUSED_MAX_TOKENS
 
 
-@functools.lru_cache(maxsize=256)
-def _launch_options(
-    config: GemmConfig, approximate: str, has_gate_bias: bool, has_up_bias: bool, int64_offsets: bool
-) -> LaunchOptions:
-    return LaunchOptions(
+def fused_config(x: torch.Tensor) -> Optional[GemmConfig]:
+    """The configuration to run the fused kernel with on x [tokens, hidden], or None where it should not run.
+
+    It runs where it pays off and the device has a launch table (enough shared memory).
+    """
+    n_tokens = x.shape[0]
+    return gemm_config(n_tokens, describe_device(x.get_device())) if fused_pays_off(n_tokens) else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _launch_plan(
+    n_tokens: int,
+    n_out: int,
+    n_in: int,
+    strides: tuple[int, int, int, int],
+    config: GemmConfig,
+    approximate: str,
+    has_gate_bias: bool,
+    has_up_bias: bool,
+) -> tuple[tuple[int], LaunchOptions]:
+    """Grid and constexprs of one launch (cached: one lookup per call, no Python arithmetic on the way)."""
+    matrices = ((n_tokens, n_in), (n_out, n_in), (n_out, n_in), (n_tokens, n_out))
+    int64_offsets = needs_int64_offsets(*((rows, cols, stride) for (rows, cols), stride in zip(matrices, strides)))
+    options = LaunchOptions(
         constexprs=(
             ("APPROXIMATE_TANH", approximate == "tanh"),
             ("HAS_GATE_BIAS", has_gate_bias),
@@ -197,6 +191,8 @@ def _launch_options(
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
+    grid = (triton.cdiv(n_tokens, config.block_m) * triton.cdiv(n_out, config.block_n),)
+    return grid, options
 
 
 _launch_geglu_linear_kernel = Launcher(geglu_linear_kernel)
@@ -210,20 +206,18 @@ def launch_geglu_linear(
     up_bias: Optional[torch.Tensor],
     out: torch.Tensor,
     approximate: str,
-    config: Optional[GemmConfig] = None,
+    config: GemmConfig,
 ) -> None:
     """out [M, N] = GeGLU of x [M, K] through the weights [N, K]; every matrix with unit column stride.
 
-    ``config`` overrides the launch table (for tuning).
+    ``config``: from ``fused_config``, or any other (for tuning).
     """
     n_tokens, n_in = x.shape
     n_out = gate_weight.shape[0]
-    config = config or geglu_linear_config(n_tokens)
     strides = (x.stride(0), gate_weight.stride(0), up_weight.stride(0), out.stride(0))
-    matrices = ((n_tokens, n_in), (n_out, n_in), (n_out, n_in), (n_tokens, n_out))
-    int64_offsets = needs_int64_offsets(*((rows, cols, stride) for (rows, cols), stride in zip(matrices, strides)))
-    options = _launch_options(config, approximate, gate_bias is not None, up_bias is not None, int64_offsets)
-    grid = (triton.cdiv(n_tokens, config.block_m) * triton.cdiv(n_out, config.block_n),)
+    grid, options = _launch_plan(
+        n_tokens, n_out, n_in, strides, config, approximate, gate_bias is not None, up_bias is not None
+    )
     # Without a bias the kernel never reads its pointer: pass out in its place.
     biases = (out if gate_bias is None else gate_bias, out if up_bias is None else up_bias)
     tensors = (x, gate_weight, up_weight, *biases, out)

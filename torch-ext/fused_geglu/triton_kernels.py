@@ -50,12 +50,12 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
+from .device_tables import describe_device, elementwise_config
 from .triton_launcher import Launcher, LaunchOptions
 
 # GELU constants, as constexpr globals so that compiled kernels may read them.
@@ -75,15 +75,6 @@ INT32_OFFSET_LIMIT = 2**31
 # its tl.dot misreads bf16 operands (the GEMM kernel widens them to fp32
 # first, which changes nothing: a product of two bf16 values is exact in fp32).
 RUNS_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-
-# Launch table (see launch_config): bytes of one tensor that a tile covers,
-# bytes a warp moves per tensor (32 threads x one 16-byte vector), the most
-# warps, and the narrowest tile (tl.arange wants a power of two).
-TILE_BYTES = 4096
-BYTES_PER_WARP = 512
-MAX_WARPS = 8
-MIN_BLOCK_N = 16
-
 
 @triton.jit
 def _gelu(x, APPROXIMATE_TANH: tl.constexpr):
@@ -245,32 +236,6 @@ def geglu_backward_kernel(
         tl.store(out_ptr + rows * out_row_stride + cols, out, mask=mask)
 
 
-@dataclass(frozen=True)
-class LaunchConfig:
-    block_m: int
-    block_n: int
-    num_warps: int
-
-
-@functools.lru_cache(maxsize=4096)
-def launch_config(n_rows: int, n_cols: int, element_size: int) -> LaunchConfig:
-    """Tile shape and warps for a [n_rows, n_cols] problem.
-
-    The kernels are memory-bound. A tile covers TILE_BYTES of each tensor and
-    gets one warp per 512 bytes (up to 8), so every thread moves exactly one
-    16-byte vector per tensor; small tiles mean many programs, which fills
-    the H200's 132 SMs from a few MiB on (benchmarks/tune_launch_config.py:
-    4 KiB tiles with 8 warps led or tied at every size we swept).
-    Narrow rows get several rows per tile so that a tile keeps that size.
-    """
-    tile_elements = TILE_BYTES // element_size
-    block_n = max(MIN_BLOCK_N, min(triton.next_power_of_2(n_cols), tile_elements))
-    block_m = max(1, min(triton.next_power_of_2(n_rows), tile_elements // block_n))
-    tile_bytes = block_m * block_n * element_size
-    num_warps = max(1, min(MAX_WARPS, tile_bytes // BYTES_PER_WARP))
-    return LaunchConfig(block_m, block_n, num_warps)
-
-
 def needs_int64_offsets(*matrices: tuple[int, int, int]) -> bool:
     """Whether an offset into these (n_rows, n_cols, row stride) matrices (one past the last) reaches 2^31."""
     return any((n_rows - 1) * row_stride + n_cols >= INT32_OFFSET_LIMIT for n_rows, n_cols, row_stride in matrices)
@@ -278,10 +243,10 @@ def needs_int64_offsets(*matrices: tuple[int, int, int]) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def launch_plan(
-    n_rows: int, n_cols: int, max_row_stride: int, element_size: int, approximate: str
+    n_rows: int, n_cols: int, max_row_stride: int, element_size: int, approximate: str, warp_size: int
 ) -> tuple[tuple[int], LaunchOptions]:
     """Grid and constexprs of either kernel on [n_rows, n_cols] matrices (cached: one lookup per call)."""
-    config = launch_config(n_rows, n_cols, element_size)
+    config = elementwise_config(n_rows, n_cols, element_size, warp_size)
     grid = (triton.cdiv(n_rows, config.block_m) * triton.cdiv(n_cols, config.block_n),)
     options = LaunchOptions(
         constexprs=(
@@ -304,16 +269,23 @@ def launch_forward(
     tensors: tuple[torch.Tensor, ...], n_rows: int, n_cols: int, row_strides: tuple[int, ...], approximate: str
 ) -> None:
     """The forward kernel on (gate, up, out), read as [n_rows, n_cols] with these row strides and unit column stride."""
-    grid, options = launch_plan(n_rows, n_cols, max(row_strides), tensors[0].element_size(), approximate)
+    warp_size = describe_device(tensors[0].get_device()).warp_size
+    grid, options = launch_plan(n_rows, n_cols, max(row_strides), tensors[0].element_size(), approximate, warp_size)
     _launch_forward_kernel(grid, tensors, (n_rows, n_cols, *row_strides), options)
 
 
 @functools.lru_cache(maxsize=4096)
 def _backward_plan(
-    n_rows: int, n_cols: int, max_row_stride: int, element_size: int, approximate: str, store_output: bool
+    n_rows: int,
+    n_cols: int,
+    max_row_stride: int,
+    element_size: int,
+    approximate: str,
+    warp_size: int,
+    store_output: bool,
 ) -> tuple[tuple[int], LaunchOptions]:
     """``launch_plan`` with the backward kernel's last constexpr, STORE_OUTPUT (cached: one lookup per call)."""
-    grid, options = launch_plan(n_rows, n_cols, max_row_stride, element_size, approximate)
+    grid, options = launch_plan(n_rows, n_cols, max_row_stride, element_size, approximate, warp_size)
     constexprs = (*options.constexprs, ("STORE_OUTPUT", store_output))
     return grid, LaunchOptions(constexprs=constexprs, num_warps=options.num_warps, num_stages=options.num_stages)
 
@@ -328,7 +300,8 @@ def launch_backward(
     store_output = len(tensors) == 6
     if not store_output:  # the kernel never writes out_ptr: pass grad_up in its place
         tensors, row_strides = (*tensors, tensors[4]), (*row_strides, row_strides[4])
+    warp_size = describe_device(tensors[0].get_device()).warp_size
     grid, options = _backward_plan(
-        n_rows, n_cols, max(row_strides), tensors[0].element_size(), approximate, store_output
+        n_rows, n_cols, max(row_strides), tensors[0].element_size(), approximate, warp_size, store_output
     )
     _launch_backward_kernel(grid, tensors, (n_rows, n_cols, *row_strides), options)

@@ -1,4 +1,4 @@
-"""Launching Triton kernels without Triton's per-call dispatch.
+"""Launching Triton kernels without Triton's per-call dispatch, and what happens when Triton cannot compile one.
 
 ``kernel[grid](*args)`` runs Triton's JIT dispatch on every call: it binds the
 arguments, derives a specialization key from them, looks the compiled kernel
@@ -11,21 +11,30 @@ compiled kernel itself, with the same call that Triton's dispatch ends in
 (``compiled.run(grid, stream, function, metadata, hooks, *args)``).
 
 Correctness rests on the key: a compiled kernel may be reused only for
-arguments that Triton would have compiled the same way. Triton specializes
-each tensor argument on its dtype and on whether its address is 16-byte
-aligned, and each integer on its type (i32 or i64) and on whether it is
-divisible by 16 (older releases: whether it equals 1). The key here holds all
-of those, the constexprs and the launch options: it can only separate more
-cases than Triton does (a second cache entry for the same binary), never
-fewer.
+arguments that Triton would have compiled the same way. The key is built by
+the function Triton's dispatch itself calls on each argument,
+``native_specialize_impl(backend, arg, is_const, specialize, align)``, with the
+running backend and each parameter's flags, so it holds whatever that backend
+specializes on: dtype, 16-byte alignment, divisibility by 16, int32/int64,
+equality to 1 on CUDA; on ROCm also whether a tensor's storage fits in 2 GiB
+(buffer ops). Add the constexprs and the launch options, and the key
+separates every case Triton separates.
 
-The direct path is used with Triton releases whose dispatch ends in that
-call, with every bound argument, constexprs included, in signature order
-(read in the 3.4, 3.5, 3.6 and 3.9 sources); on others, and under
-TRITON_INTERPRET=1, every call goes through ``kernel[grid]`` as usual.
+The direct path runs only where it was verified: the CUDA and ROCm backends
+(their launchers take pointers as integers) with the Triton releases in
+``DIRECT_LAUNCH_TRITON``, whose dispatch was read to end in that call, with
+every bound argument, constexprs included, in signature order, and to build
+its key with ``native_specialize_impl`` (tests/test_launcher.py checks the
+installed release against both). Everywhere else (XPU, other Triton
+releases, TRITON_INTERPRET=1) every call goes through ``kernel[grid]``.
 Launch hooks (``triton.knobs.runtime.launch_enter_hook``, used by profilers)
 are called as Triton's dispatch calls them; our kernels define no
 ``launch_metadata`` function, so no hook sees the arguments themselves.
+
+A configuration Triton cannot compile or launch on the device (out of shared
+memory or registers, a compiler error) raises ``KernelUnavailable``, at once
+on later calls with the same configuration, so that callers can take another
+path without compiling it again.
 """
 
 from __future__ import annotations
@@ -37,17 +46,32 @@ from typing import Any, Optional
 
 import torch
 import triton
+from triton.compiler.errors import CompilationError
 from triton.runtime import driver
+from triton.runtime.errors import OutOfResources, PTXASError
 
 try:
     from triton import knobs
-except ImportError:  # before Triton 3.4, which never launches directly (DIRECT_LAUNCH_MIN_TRITON)
-    knobs = None
+    from triton._C.libtriton import native_specialize_impl
+    from triton.compiler import make_backend
+except ImportError:  # releases that never launch directly (DIRECT_LAUNCH_TRITON)
+    knobs = native_specialize_impl = make_backend = None
 
-#: Triton releases from which the compiled kernel's runner takes all bound arguments.
-DIRECT_LAUNCH_MIN_TRITON = (3, 4)
+#: (major, minor) Triton releases whose dispatch the direct path was checked against (3.6: the H200's).
+DIRECT_LAUNCH_TRITON = frozenset({(3, 6), (3, 7), (3, 8), (3, 9)})
+#: Backends whose launchers the direct path was checked against.
+DIRECT_LAUNCH_BACKENDS = frozenset({"cuda", "hip"})
 
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+#: What Triton raises when a configuration does not compile or load on the device. Compiled, an
+#: MLIR pass failure or a driver refusal (too many resources requested) is a RuntimeError; the
+#: interpreter compiles nothing, so there a RuntimeError is a bug and propagates.
+UNAVAILABLE_ERRORS = (OutOfResources, PTXASError, CompilationError) + (() if _INTERPRETED else (RuntimeError,))
+
+
+class KernelUnavailable(RuntimeError):
+    """Triton could not compile or launch this kernel configuration on this device."""
 
 
 def _triton_version() -> tuple[int, int]:
@@ -55,20 +79,47 @@ def _triton_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def _torch_backend() -> Optional[str]:
+    """The Triton backend this torch build launches on ("cuda", "hip"), read without touching the device."""
+    if torch.version.hip:
+        return "hip"
+    if torch.version.cuda:
+        return "cuda"
+    return None
+
+
 def direct_launch_supported() -> bool:
-    """Whether compiled kernels are launched directly (compiled Triton of a known release)."""
-    return os.environ.get("TRITON_INTERPRET") != "1" and _triton_version() >= DIRECT_LAUNCH_MIN_TRITON
+    """Whether compiled kernels are launched directly: a verified Triton release and backend, compiled."""
+    return (
+        os.environ.get("TRITON_INTERPRET") != "1"
+        and _triton_version() in DIRECT_LAUNCH_TRITON
+        and _torch_backend() in DIRECT_LAUNCH_BACKENDS
+    )
+
+
+def _calls_anything(hook: Any) -> bool:
+    """Whether calling this launch hook calls anything (Triton 3.6-3.9 keep hooks in a HookChain's ``calls``)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def parameter_flags(kernel: Any) -> tuple[tuple[bool, bool, bool], ...]:
+    """(is_const, specialize, align) of each non-constexpr parameter, as Triton's dispatch passes them."""
+    return tuple(
+        (p.is_const, not p.do_not_specialize, not p.do_not_specialize_on_alignment)
+        for p in kernel.params
+        if not p.is_constexpr
+    )
+
+
+def specialization_key(backend: Any, args: tuple, flags: tuple[tuple[bool, bool, bool], ...]) -> tuple:
+    """What Triton's dispatch specializes these (non-constexpr) arguments on, for this backend."""
+    return tuple([native_specialize_impl(backend, arg, *flag) for arg, flag in zip(args, flags)])
 
 
 @functools.lru_cache(maxsize=4096)
-def scalar_key(scalars: tuple[int, ...]) -> tuple:
-    """What Triton specializes on in these integer arguments: divisibility by 16, equality to 1, width."""
-    return tuple((s % 16 == 0, s == 1, _INT32_MIN <= s <= _INT32_MAX) for s in scalars)
-
-
-def pointer_key(tensors: tuple[torch.Tensor, ...], addresses: list[int]) -> tuple:
-    """What Triton specializes on in these pointer arguments: dtype and 16-byte alignment."""
-    return tuple([(t.dtype, address % 16 == 0) for t, address in zip(tensors, addresses)])
+def scalar_specialization_key(backend: Any, scalars: tuple[int, ...], flags: tuple[tuple[bool, bool, bool], ...]) -> tuple:
+    """``specialization_key`` of integer arguments, which depends on their values alone: cached."""
+    return specialization_key(backend, scalars, flags)
 
 
 @dataclass(frozen=True)
@@ -104,6 +155,9 @@ class Launcher:
         self.kernel = kernel
         self.direct = direct_launch_supported()
         self._compiled: dict[tuple, Any] = {}
+        self._backends: dict[int, Any] = {}  # device index -> Triton's backend (direct path only)
+        self._tensor_flags = self._scalar_flags = ()  # parameter_flags(kernel), split; set on the first direct launch
+        self._unavailable: dict[tuple, str] = {}  # (device index, options.key) -> why it did not compile or launch
 
     def __call__(
         self, grid: tuple[int, ...], tensors: tuple[torch.Tensor, ...], scalars: tuple[int, ...], options: LaunchOptions
@@ -113,34 +167,46 @@ class Launcher:
         if index >= 0 and index != driver.active.get_current_device():
             with torch.get_device_module(tensors[0].device).device(index):
                 return self(grid, tensors, scalars, options)
+        if self._unavailable and (index, options.key) in self._unavailable:
+            raise KernelUnavailable(self._unavailable[index, options.key])
         if not self.direct:
-            self.kernel[grid](*tensors, *scalars, **options.as_kwargs())
+            self._dispatch(grid, tensors, scalars, options, index)
             return
-        addresses = [t.data_ptr() for t in tensors]
-        key = (index, options.key, pointer_key(tensors, addresses), scalar_key(scalars))
+        backend = self._backends.get(index)
+        if backend is None:
+            backend = self._backends[index] = make_backend(driver.active.get_current_target())
+            flags = parameter_flags(self.kernel)
+            self._tensor_flags, self._scalar_flags = flags[: len(tensors)], flags[len(tensors) :]
+        key = (
+            index,
+            options.key,
+            specialization_key(backend, tensors, self._tensor_flags),
+            scalar_specialization_key(backend, scalars, self._scalar_flags),
+        )
         compiled = self._compiled.get(key)
         if compiled is None:
-            self._compiled[key] = self.kernel[grid](*tensors, *scalars, **options.as_kwargs())
+            self._compiled[key] = self._dispatch(grid, tensors, scalars, options, index)
             return
         # CUDA and ROCm launchers take a pointer as a plain integer as it is;
         # given a tensor, they call its data_ptr() and then ask the driver
         # whether the address is device memory (cuPointerGetAttribute), once
-        # per pointer and per launch. The addresses were read for the key
-        # already. Other backends get the tensors, as Triton's dispatch passes them.
-        pointers = addresses if tensors[0].is_cuda else tensors
-        args = (*pointers, *scalars, *options.constexpr_values)
+        # per pointer and per launch.
+        args = (*[t.data_ptr() for t in tensors], *scalars, *options.constexpr_values)
         grid_xyz = grid + (1,) * (3 - len(grid))
         stream = driver.active.get_current_stream(index)
-        enter_hook = knobs.runtime.launch_enter_hook
-        # Without an enter hook, Triton's launch_metadata returns None at once: skip the call.
+        # Launch hooks (profilers) are HookChains, empty unless one is registered: an empty chain
+        # would be called for nothing, and the launch metadata built for it never read.
+        enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        enter_hook = enter_hook if _calls_anything(enter_hook) else None
+        exit_hook = exit_hook if _calls_anything(exit_hook) else None
         metadata = None if enter_hook is None else compiled.launch_metadata(grid_xyz, stream, *args)
-        compiled.run(
-            *grid_xyz,
-            stream,
-            compiled.function,
-            compiled.packed_metadata,
-            metadata,
-            enter_hook,
-            knobs.runtime.launch_exit_hook,
-            *args,
-        )
+        compiled.run(*grid_xyz, stream, compiled.function, compiled.packed_metadata, metadata, enter_hook, exit_hook, *args)
+
+    def _dispatch(self, grid, tensors, scalars, options: LaunchOptions, index: int) -> Any:
+        """Triton's own dispatch (compiling on a new specialization); KernelUnavailable where it cannot."""
+        try:
+            return self.kernel[grid](*tensors, *scalars, **options.as_kwargs())
+        except UNAVAILABLE_ERRORS as error:
+            why = f"{self.kernel.__name__} with {options} does not run on device {index}: {type(error).__name__}: {error}"
+            self._unavailable[index, options.key] = why
+            raise KernelUnavailable(why) from error

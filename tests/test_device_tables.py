@@ -1,0 +1,103 @@
+"""Per-device launch tables: the device described from what Triton's driver reports, the table chosen from that."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from offline_compile import TARGETS
+
+#: Published figures (shared/REFERENCE.md) of devices users run: shared memory per block, SMs, warp size.
+DEVICES = {
+    "A100 (sm_80)": (166_912, 108, 32),
+    "A10G (sm_86)": (101_376, 80, 32),
+    "L4 (sm_89)": (101_376, 58, 32),
+    "H200 (sm_90)": (232_448, 132, 32),
+    "B200 (sm_100)": (232_448, 148, 32),
+    "RTX 5090 (sm_120)": (101_376, 170, 32),
+    "MI300X (gfx942)": (65_536, 304, 64),
+    "Intel Max (xpu)": (131_072, 128, 32),
+}
+
+
+def _traits(tables, backend, shared_memory, multiprocessors, warp_size):
+    return tables.DeviceTraits(backend, shared_memory, multiprocessors, warp_size)
+
+
+@pytest.mark.parametrize("name", DEVICES)
+def test_every_device_gets_a_table_that_fits_its_shared_memory_class(kernel, name):
+    tables = kernel.device_tables
+    shared_memory, multiprocessors, warp_size = DEVICES[name]
+    traits = _traits(tables, "cuda", shared_memory, multiprocessors, warp_size)
+    needs, table = next((needs, table) for needs, table in tables.GEMM_TABLES if shared_memory >= needs)
+    assert tables.gemm_table(traits) is table and needs <= shared_memory
+    # Each class is tried largest first: a device gets the largest class it reaches.
+    assert all(other <= needs or other > shared_memory for other, _ in tables.GEMM_TABLES)
+
+
+def test_the_h200_keeps_its_tuned_table_and_smaller_devices_get_smaller_stages(kernel):
+    tables = kernel.device_tables
+    h200 = _traits(tables, "cuda", *DEVICES["H200 (sm_90)"])
+    a10g = _traits(tables, "cuda", *DEVICES["A10G (sm_86)"])
+    mi300 = _traits(tables, "hip", *DEVICES["MI300X (gfx942)"])
+    assert tables.gemm_config(1, h200) == tables.GemmConfig(16, 64, 128, 1, 4, 5)
+    assert tables.gemm_config(1, a10g).num_stages < 5
+    assert tables.gemm_config(1, mi300).block_n < 64
+
+
+def test_a_device_below_every_class_runs_projections_unfused(kernel, monkeypatch):
+    tables, gemm = kernel.device_tables, kernel.triton_gemm_kernels
+    smallest = min(needs for needs, _ in tables.GEMM_TABLES)
+    tiny = _traits(tables, "cuda", smallest - 1, 40, 32)
+    assert tables.gemm_table(tiny) is None and tables.gemm_config(1, tiny) is None
+    monkeypatch.setattr(gemm, "describe_device", lambda index: tiny)
+    assert gemm.fused_config(torch.empty(1, 64, dtype=torch.bfloat16)) is None
+
+
+def test_the_offline_check_covers_every_class(kernel):
+    """Each table is picked for at least one target tests/test_offline_compile.py compiles for."""
+    tables = kernel.device_tables
+    picked = {
+        id(tables.gemm_table(_traits(tables, t.backend, t.shared_memory, t.multiprocessors, t.warp_size)))
+        for t in TARGETS
+    }
+    assert picked == {id(table) for _, table in tables.GEMM_TABLES}
+
+
+@pytest.mark.parametrize("element_size", [2, 4])
+def test_elementwise_tiles_give_each_lane_one_16_byte_vector(kernel, element_size):
+    """32-lane warps and 64-lane wavefronts alike: a full tile has one vector per thread per tensor."""
+    tables = kernel.device_tables
+    for warp_size in (32, 64):
+        config = tables.elementwise_config(1, 2**30, element_size, warp_size)
+        tile_bytes = config.block_m * config.block_n * element_size
+        assert tile_bytes == config.num_warps * warp_size * tables.VECTOR_BYTES
+        for small in tables.elementwise_configs(element_size, warp_size):
+            assert small.block_m * small.block_n * element_size <= config.num_warps * warp_size * tables.VECTOR_BYTES
+
+
+def test_the_device_is_read_once_from_triton_s_driver(kernel, monkeypatch):
+    tables = kernel.device_tables
+    reads = []
+
+    def get_device_properties(index):
+        reads.append(index)
+        return {"max_shared_mem": 101_376, "multiprocessor_count": 80, "warpSize": 32}
+
+    driver = types.SimpleNamespace(
+        active=types.SimpleNamespace(
+            utils=types.SimpleNamespace(get_device_properties=get_device_properties),
+            get_current_target=lambda: types.SimpleNamespace(backend="cuda", warp_size=32),
+        )
+    )
+    monkeypatch.setattr("triton.runtime.driver", driver)
+    tables.describe_device.cache_clear()
+    try:
+        for _ in range(3):
+            assert tables.describe_device(1) == tables.DeviceTraits("cuda", 101_376, 80, 32)
+        assert tables.describe_device(-1) == tables.INTERPRETER
+        assert reads == [1]
+    finally:
+        tables.describe_device.cache_clear()
