@@ -91,10 +91,12 @@ class GemmConfig:
 TokenClasses = tuple[tuple[Optional[int], GemmConfig], ...]
 
 #: Launch tables by the least shared memory per block the device must offer, largest class first.
-#: Source of every configuration: the H200 sweep of benchmarks/tune_gemm_config.py
+#: Source of every configuration: the H200 sweeps of benchmarks/tune_gemm_config.py
 #: (benchmarks/results/2026-12-02-h200-session2/gemm_sweep_v1.json: geometric mean over
-#: Gemma 2B, 7B and Gemma3 27B cells of each class), restricted to the configurations that fit
-#: the class; the H200 times quoted are those geometric means. Shared memory: as Triton 3.9
+#: Gemma 2B, 7B and Gemma3 27B cells of each class; the decode class of the largest table from
+#: benchmarks/results/2026-12-03-h200-sweep-all/gemm_sweep_all.json, every Gemma size),
+#: restricted to the configurations that fit the class; the H200 times quoted are those
+#: geometric means. Shared memory: as Triton 3.9
 #: compiles the configuration for the class's first target named (tests/test_offline_compile.py
 #: checks every target).
 GEMM_TABLES: tuple[tuple[int, TokenClasses], ...] = (
@@ -102,7 +104,10 @@ GEMM_TABLES: tuple[tuple[int, TokenClasses], ...] = (
     (
         166_912,
         (
-            (16, GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=5)),  # 144 KB, 77.3 us: best
+            # 72 KB. In the sweep over all nine Gemma MLPs (2026-12-03-h200-sweep-all) the best decode
+            # configuration at 1-16 tokens, 1.028x each cell's best (geometric mean of 27 cells),
+            # ahead of the 5-stage one tuned on three sizes (144 KB, 1.044x).
+            (16, GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=3)),
             (64, GemmConfig(64, 64, 64, group_m=8, num_warps=4, num_stages=3)),  # 72 KB, 79.9 us: best
             (None, GemmConfig(128, 128, 64, group_m=8, num_warps=8, num_stages=3)),  # 144 KB, 990 us: best
         ),
@@ -129,7 +134,8 @@ GEMM_TABLES: tuple[tuple[int, TokenClasses], ...] = (
 )
 
 #: The fused kernel is the default up to this many tokens; past it, two
-#: cuBLAS GEMMs and the activation kernel are faster (H200, docs/PERFORMANCE.md).
+#: cuBLAS GEMMs and the activation kernel are faster (H200, every Gemma size:
+#: docs/PERFORMANCE.md, v10).
 FUSED_MAX_TOKENS = 64
 
 
