@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.error import HTTPError
 from urllib.request import Request, urlopen
+from child_process import child_env
 
 
 @dataclass
@@ -106,12 +106,9 @@ def write_tiny_variant(root: Path, *, name: str, module_id: str, version: int = 
 def start_cli_hub(data_dir: Path, *args: str, new_session: bool = False) -> tuple[subprocess.Popen, str]:
     """``python -m geglu_triton hub serve`` on a free loopback port, from this checkout; returns the
     running process (stdout and stderr merged, text) and its endpoint once it accepts requests."""
-    from geglu_triton import REPO_ROOT
-
     command = [sys.executable, "-m", "geglu_triton", "hub", "serve", "--port", "0", "--data", str(data_dir), *args]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     server = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=new_session
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env(), start_new_session=new_session
     )
     lines = []
     while not (found := re.search(r"export HF_ENDPOINT=(\S+)", "".join(lines))):

@@ -23,10 +23,10 @@ import pytest
 from hub_helpers import file_line, header_line, http, ndjson, start_cli_hub
 from huggingface_hub import CommitOperationAdd, HfApi
 
-from geglu_triton import REPO_ROOT
 from geglu_triton.hub.background import LocalHub
 from geglu_triton.hub.server import HubLimits, _body_lines, create_app
 from geglu_triton.hub.storage import DataDirectoryInUse
+from child_process import child_env
 
 TOKEN = os.environ["HF_TOKEN"]  # conftest sets it to the session hub's token
 REPO = "org/hostile"
@@ -196,7 +196,7 @@ def test_an_empty_token_is_refused_at_startup(tmp_path):
     assert not (tmp_path / "data").exists()  # refused before anything was created
 
     serve = [sys.executable, "-m", "geglu_triton", "hub", "serve", "--data", str(tmp_path / "cli")]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = child_env()
     for args, extra_env in ((["--token", ""], {}), ([], {"GEGLU_HUB_TOKEN": ""})):
         result = subprocess.run(serve + args, capture_output=True, text=True, timeout=60, env={**env, **extra_env})
         assert result.returncode == 2
@@ -247,7 +247,7 @@ def test_default_commit_limit_suits_kernel_builds_and_is_in_help():
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        env=child_env(),
     )
     help_text = " ".join(result.stdout.split())
     assert "default: 64 MiB" in help_text and "One server per data directory" in help_text
@@ -315,7 +315,7 @@ def test_one_server_per_data_directory(tmp_path):
             capture_output=True,
             text=True,
             timeout=60,
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            env=child_env(),
         )
         assert server.returncode == 1
         assert server.stderr.strip().splitlines() == [

@@ -27,10 +27,10 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url
 
-from geglu_triton import REPO_ROOT
 from geglu_triton.hub.background import LocalHub
 from geglu_triton.hub.server import HubLimits
 from geglu_triton.hub.storage import InvalidPath, Repository, validate_repo_path
+from child_process import child_env, console_script
 
 TOKEN = os.environ["HF_TOKEN"]  # conftest sets it to the session hub's token
 
@@ -340,13 +340,12 @@ def test_get_kernel_and_versions_cli_from_a_trusted_org(api, hub, tmp_path):
     kernel = get_kernel("org/tiny-trusted", version=1)
     assert kernel.greet() == "hello from tiny-trusted"
 
-    kernels_cli = Path(sys.executable).with_name("kernels")  # the console script of the kernels package
     versions = subprocess.run(
-        [str(kernels_cli), "versions", "org/tiny-trusted"],
+        [*console_script("kernels"), "versions", "org/tiny-trusted"],
         capture_output=True,
         text=True,
         timeout=120,
-        env=os.environ.copy(),
+        env=child_env(),
     )
     assert versions.returncode == 0, versions.stderr
     assert "Version 1:" in versions.stdout and variant_for_this_torch() in versions.stdout
@@ -400,6 +399,7 @@ def test_interrupted_commit_leaves_the_previous_state(api, hub, repo_id, monkeyp
             repo_id, [CommitOperationAdd("lost.txt", b"lost")], commit_message="interrupted", repo_type="kernel"
         )
     assert failed.value.response.status_code == 500
+    assert "simulated crash" in failed.value.response.headers["X-Error-Message"]  # the Hub's error shape
     monkeypatch.undo()
 
     assert _head(api, repo_id, "main") == before
@@ -609,7 +609,7 @@ def test_background_hub_starts_before_huggingface_hub_is_imported(tmp_path):
             print(HfApi(token=False).create_repo("org/late-import", repo_type="kernel"))
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = child_env()
     env.pop("HF_ENDPOINT")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 0, result.stderr
@@ -617,7 +617,7 @@ def test_background_hub_starts_before_huggingface_hub_is_imported(tmp_path):
 
 
 def test_cli_serve_prints_the_endpoint_and_never_the_token(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "GEGLU_HUB_TOKEN": "cli-secret-token"}
+    env = child_env(GEGLU_HUB_TOKEN="cli-secret-token")
     command = [
         sys.executable,
         "-m",

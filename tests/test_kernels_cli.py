@@ -31,14 +31,14 @@ from kernels._rust import KernelLocks
 
 from geglu_triton import REPO_ROOT
 from geglu_triton.publish import publish
+from child_process import console_script
 
 REPO = "org/kernels-cli"
-BIN = Path(sys.executable).parent
 
 
 def kernels_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """The `kernels` command in a fresh interpreter, as a user runs it."""
-    return subprocess.run([str(BIN / "kernels"), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    return subprocess.run([*console_script("kernels"), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def kernels_cli_here(monkeypatch, *args: str) -> None:
@@ -64,7 +64,7 @@ def test_the_card_benchmark_commands_run_our_benchmarks(published, tmp_path):
     block = re.search(r"## Benchmarks\n.*?```bash\n(.*?)```", published, re.S).group(1)
     download, benchmark = [shlex.split(line) for line in block.strip().splitlines()]
     assert download[:2] == ["hf", "download"] and benchmark[:2] == ["kernels", "benchmark"]
-    subprocess.run([str(BIN / "hf"), *download[1:]], cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    subprocess.run([*console_script("hf"), *download[1:]], cwd=tmp_path, check=True, capture_output=True, timeout=300)
     # The card's command, with the fewest timed calls.
     result = kernels_cli(*benchmark[1:], "--iterations", "1", "--warmup", "1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -16,9 +16,9 @@ import sys
 import pytest
 import torch
 
-from geglu_triton import REPO_ROOT
 from geglu_triton.models import kernelize_geglu_mlps
 from geglu_triton.publish import publish
+from child_process import child_env
 from reference import rel_error
 from tiny_models import LOGITS_REL_TOL, tiny_model
 
@@ -106,7 +106,7 @@ def test_an_unreachable_hub_is_named_in_one_line(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"  # closed once the block ends: refused
-    env = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path), "PYTHONPATH": str(REPO_ROOT)}
+    env = child_env(HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path))
     result = subprocess.run(
         [sys.executable, "-c", _KERNELIZE_WITHOUT_A_HUB], env=env, capture_output=True, text=True, timeout=300
     )

@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import huggingface_hub
@@ -26,6 +25,7 @@ from geglu_triton import layout
 from geglu_triton import publish as publish_module
 from geglu_triton.build import build_variants
 from geglu_triton.publish import MIN_HUGGINGFACE_HUB, BranchPlan, PublishError, _Hub, publish
+from child_process import child_env, console_script
 
 REPO = "org/fused-geglu"
 
@@ -124,10 +124,10 @@ def test_v2_is_published_next_to_v1(v1, v2, api, caplog):
 
 def test_kernels_versions_lists_both(api):
     result = subprocess.run(
-        [sys.executable, "-c", "from kernels.cli import main; main()", "versions", REPO],
+        [*console_script("kernels"), "versions", REPO],
         capture_output=True,
         text=True,
-        env={**os.environ, "HF_ENDPOINT": api.endpoint},
+        env=child_env(HF_ENDPOINT=api.endpoint),
         check=True,
     )
     assert "Version 1:" in result.stdout and "Version 2:" in result.stdout

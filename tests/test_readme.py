@@ -22,6 +22,7 @@ import pytest
 
 from geglu_triton import REPO_ROOT
 from geglu_triton.publish import publish
+from child_process import child_env
 from tiny_models import tiny_model
 
 README = REPO_ROOT / "README.md"
@@ -72,14 +73,12 @@ def test_readme_python_blocks_run_as_written(readme_hub, build_dir, tmp_path):
     model_path = tmp_path / "gemma3"
     tiny_model("gemma3").save_pretrained(model_path)
 
-    env = {
-        **os.environ,
-        "HF_ENDPOINT": readme_hub.endpoint,
-        "HF_HOME": str(tmp_path / "hf-home"),
-        "CUDA_VISIBLE_DEVICES": "",
-        "TRITON_INTERPRET": "1",
-        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
-    }
+    env = child_env(
+        HF_ENDPOINT=readme_hub.endpoint,
+        HF_HOME=str(tmp_path / "hf-home"),
+        CUDA_VISIBLE_DEVICES="",
+        TRITON_INTERPRET="1",
+    )
     result = subprocess.run(
         [sys.executable, "-c", _RUNNER, str(tmp_path / "blocks.json"), str(model_path)],
         cwd=tmp_path,
