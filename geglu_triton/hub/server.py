@@ -194,6 +194,7 @@ def create_app(
         },
     )
     app.add_middleware(_RouteOnEncodedPath)
+    app.add_middleware(_InternalErrorAsHubError)
     app.state.storage = storage
     return app
 
@@ -789,6 +790,38 @@ class _RouteOnEncodedPath:
             # Keep existing %XX escapes; escape any raw non-ASCII byte so that decoding is UTF-8.
             scope = {**scope, "path": quote_from_bytes(raw_path, safe="/%!$&'()*+,;=:@-._~")}
         await self.app(scope, receive, send)
+
+
+class _InternalErrorAsHubError:
+    """ASGI middleware: a fault of the server's own (an OSError from the disk or git, say) gets the Hub's
+    500 answer and one log line.
+
+    Left to the ASGI server, the exception would be logged as a traceback and the connection dropped,
+    which a client can see as a reset instead of the 500. Nothing is answered twice: an exception
+    after the answer has started still propagates.
+    """
+
+    def __init__(self, app: Callable) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        answered = False
+
+        async def send_and_note(message: dict) -> None:
+            nonlocal answered
+            answered = answered or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        except Exception as error:
+            if answered:
+                raise
+            fault = f"{type(error).__name__}: {error}"
+            _log.error("local Hub: %s %s failed: %s", scope["method"], scope["path"], fault)
+            await _error_response(500, f"the local Hub failed: {fault}")(scope, receive, send)
 
 
 class _SegmentConvertor(Convertor[str]):
