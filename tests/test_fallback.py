@@ -45,7 +45,10 @@ def device(kernel):
 
 
 def _compilers_fail(kernel, monkeypatch, launcher_names) -> list[OutOfSharedMemory]:
-    """The named launchers' kernels replaced by ones that fail to compile; the once-per-process warning re-armed."""
+    """The named launchers' kernels replaced by ones that fail to compile; the once-per-process warning re-armed.
+
+    Each launcher forgets what it compiled before (on a GPU, earlier tests leave binaries in its cache).
+    """
     monkeypatch.setattr(kernel.ops, "_warned_of_fallback", False)
     failing = []
     for module, name in launcher_names:
@@ -53,6 +56,7 @@ def _compilers_fail(kernel, monkeypatch, launcher_names) -> list[OutOfSharedMemo
         failing.append(OutOfSharedMemory())
         monkeypatch.setattr(launcher, "kernel", failing[-1])
         monkeypatch.setattr(launcher, "_unavailable", {})
+        monkeypatch.setattr(launcher, "_compiled", {})
     return failing
 
 

@@ -168,6 +168,9 @@ def test_non_ascii_base64_is_refused(hub, repo):
         ("/api/repos/create", b'{"name": ' + b"[" * 100_000),
         ("/api/validate-yaml", b"{" + b'"a":{' * 100_000),
     ],
+    # Short ids: pytest puts the test's id in PYTEST_CURRENT_TEST, and a 500 KB variable makes
+    # every subprocess of the test fail to start (E2BIG).
+    ids=["commit-line", "commit-file-value", "create-repo", "validate-yaml"],
 )
 def test_deeply_nested_json_is_refused(hub, repo, route, body):
     before = _refs(hub)
@@ -319,7 +322,8 @@ def test_one_server_per_data_directory(tmp_path):
         )
         assert server.returncode == 1
         assert server.stderr.strip().splitlines() == [
-            f"error: another local Hub is already serving {data.resolve()}: run one server per data directory"
+            f"geglu-triton hub: error: another local Hub is already serving {data.resolve()}: "
+            "run one server per data directory"
         ]
     with LocalHub(data):  # released when the first one stopped
         pass
