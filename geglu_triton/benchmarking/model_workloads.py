@@ -376,16 +376,22 @@ def decode_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Cal
 
 
 def _decode_step_device_s(ctx: ModelContext, model, forwards: ModelForwards, prompt: torch.Tensor) -> dict:
-    """Device seconds of one single-token forward on a static cache holding the prompt (median)."""
+    """Device seconds of one single-token forward on a static cache (median).
+
+    Each forward writes the next slot of the cache (transformers keeps its own
+    count of the tokens a static cache holds), so the cache is emptied before
+    every repetition: a step on a static cache attends over all of its slots
+    whatever they hold, so every repetition does the same work.
+    """
     length = prompt.shape[1]
-    cache = _static_decode(model, prompt, 1, ctx.device)[2]
+    cache = _static_cache(model, length + 1)
     token = prompt[:, -1:].clone()
     position = torch.tensor([length], device=ctx.device)
 
     def step() -> None:
         model(input_ids=token, past_key_values=cache, cache_position=position)
 
-    return _device_timings(ctx, forwards, step, lambda: None)
+    return _device_timings(ctx, forwards, step, cache.reset)
 
 
 # --------------------------------------------------------------------------------------------- training
