@@ -20,11 +20,15 @@ from reference import assert_mostly_bit_identical, rel_error
 
 
 class OutOfSharedMemory:
-    """Stands in for a ``@triton.jit`` kernel whose every compilation fails for lack of shared memory."""
+    """Stands in for a ``@triton.jit`` kernel whose every compilation fails for lack of shared memory.
+
+    It has the replaced kernel's parameters, which the launcher reads before its first launch.
+    """
 
     __name__ = "kernel_too_large_for_this_device"
 
-    def __init__(self) -> None:
+    def __init__(self, replaced) -> None:
+        self.params = getattr(replaced, "params", None)  # None under the interpreter, which never reads it
         self.compilations = 0
 
     def __getitem__(self, grid):
@@ -53,7 +57,7 @@ def _compilers_fail(kernel, monkeypatch, launcher_names) -> list[OutOfSharedMemo
     failing = []
     for module, name in launcher_names:
         launcher = getattr(module, name)
-        failing.append(OutOfSharedMemory())
+        failing.append(OutOfSharedMemory(launcher.kernel))
         monkeypatch.setattr(launcher, "kernel", failing[-1])
         monkeypatch.setattr(launcher, "_unavailable", {})
         monkeypatch.setattr(launcher, "_compiled", {})
