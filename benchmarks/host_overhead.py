@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from geglu_triton.benchmarking.environment import load_kernel, utc_now, versions
 from geglu_triton.benchmarking.grid import GEMMA3_27B, GEMMA_2B
+from geglu_triton.benchmarking.host import triton_dispatch
 from geglu_triton.benchmarking.modules import GemmaStyleMLP
 
 CALLS = 2000
@@ -106,21 +107,6 @@ class PythonBackwardReleasingTheGIL(PythonBackwardOnly):
 
 
 @contextlib.contextmanager
-def triton_dispatch_only(kernel):
-    """Every launch of the activation kernels through ``kernel[grid]``, as without the direct launch."""
-    tk = kernel.triton_kernels
-    launchers = (tk._launch_forward_kernel, tk._launch_backward_kernel)
-    saved = [launcher.direct for launcher in launchers]
-    for launcher in launchers:
-        launcher.direct = False
-    try:
-        yield
-    finally:
-        for launcher, direct in zip(launchers, saved):
-            launcher.direct = direct
-
-
-@contextlib.contextmanager
 def launches_skipped(kernel, *names):
     """The named launch functions of triton_kernels replaced by ones that launch nothing."""
     tk = kernel.triton_kernels
@@ -161,7 +147,7 @@ def activation_cases(kernel, shape) -> dict:
     cases = {  # name: (call, the setting it runs in)
         "eager": (lambda: eager_geglu(g, u), none),
         "public": (lambda: kernel.geglu(g, u), none),
-        "public, Triton dispatch": (lambda: kernel.geglu(g, u), lambda: triton_dispatch_only(kernel)),
+        "public, Triton dispatch": (lambda: kernel.geglu(g, u), lambda: triton_dispatch(kernel)),
         "launcher": (lambda: tk.launch_forward(tensors, 1, n_cols, scalars[2:], "tanh"), none),
         "jit launch": (lambda: tk.geglu_forward_kernel[grid](*tensors, *scalars, **options.as_kwargs()), none),
         "compiled runner": (
@@ -179,7 +165,7 @@ def activation_cases(kernel, shape) -> dict:
             forward_backward(kernel.geglu),
             lambda: launches_skipped(kernel, "launch_forward", "launch_backward"),
         ),
-        "fwd+bwd ours, Triton dispatch": (forward_backward(kernel.geglu), lambda: triton_dispatch_only(kernel)),
+        "fwd+bwd ours, Triton dispatch": (forward_backward(kernel.geglu), lambda: triton_dispatch(kernel)),
         "fwd+bwd Python backward releasing the GIL once": (forward_backward(PythonBackwardReleasingTheGIL.apply), none),
         "fwd+bwd eager, backward on the calling thread": (forward_backward(eager_geglu), backward_on_calling_thread),
         "fwd+bwd ours, backward on the calling thread": (forward_backward(kernel.geglu), backward_on_calling_thread),

@@ -35,6 +35,7 @@ import torch
 
 from geglu_triton.benchmarking.environment import load_kernel, utc_now, versions
 from geglu_triton.benchmarking.grid import MLPModel
+from geglu_triton.benchmarking.host import triton_dispatch
 from geglu_triton.benchmarking.modules import GemmaStyleMLP
 from geglu_triton.benchmarking.timing import garbage_collector_paused
 
@@ -73,24 +74,6 @@ def fastest_rounds(cases: dict) -> dict:
                 with setting():
                     best[name] = min(best[name], host_us_per_call(fn))
     return best
-
-
-@contextlib.contextmanager
-def triton_dispatch(kernel):
-    """Every launch of our kernels through Triton's ``kernel[grid]``, as without the direct path."""
-    launchers = (
-        kernel.triton_kernels._launch_forward_kernel,
-        kernel.triton_kernels._launch_backward_kernel,
-        kernel.triton_gemm_kernels._launch_geglu_linear_kernel,
-    )
-    saved = [launcher.direct for launcher in launchers]
-    for launcher in launchers:
-        launcher.direct = False
-    try:
-        yield
-    finally:
-        for launcher, direct in zip(launchers, saved):
-            launcher.direct = direct
 
 
 def launch_cases(kernel) -> dict:

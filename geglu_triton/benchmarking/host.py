@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -51,6 +52,24 @@ RECOMPILE_SCENARIOS = {
 }
 #: The cold-start child may take this long (importing torch, two cold compiles).
 COLD_START_TIMEOUT_S = 240
+
+
+@contextlib.contextmanager
+def triton_dispatch(kernel):
+    """Every launch of our kernels through Triton's ``kernel[grid]``, as without the direct path."""
+    launchers = (
+        kernel.triton_kernels._launch_forward_kernel,
+        kernel.triton_kernels._launch_backward_kernel,
+        kernel.triton_gemm_kernels._launch_geglu_linear_kernel,
+    )
+    saved = [launcher.direct for launcher in launchers]
+    for launcher in launchers:
+        launcher.direct = False
+    try:
+        yield
+    finally:
+        for launcher, direct in zip(launchers, saved):
+            launcher.direct = direct
 
 
 def _activation_call(name: str, ctx: Context, approximate: str, gate, up, x) -> Callable[[], object]:
