@@ -54,6 +54,21 @@ def check_concat(x: torch.Tensor, approximate: str) -> None:
         )
 
 
+def _check_projection_operands(operands: dict, bias_shape: torch.Size, input_name: str, input) -> None:
+    """A projection's weights and biases (None skipped): supported dtypes, biases of ``bias_shape``,
+    and the input's dtype and device."""
+    for name, tensor in operands.items():
+        if tensor is None:
+            continue
+        _check_tensor(name, tensor)
+        if name.endswith("bias") and tensor.shape != bias_shape:
+            raise ValueError(f"{name} must have shape ({bias_shape[0]},), got {tuple(tensor.shape)}")
+        if tensor.dtype != input.dtype:
+            raise TypeError(f"{name} must have {input_name}'s dtype {input.dtype}, got {tensor.dtype}")
+        if tensor.device != input.device:
+            raise ValueError(f"{name} must be on {input_name}'s device {input.device}, got {tensor.device}")
+
+
 def check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate: str) -> None:
     """x [..., hidden]; weights [intermediate, hidden] as nn.Linear holds them; biases [intermediate] or None.
 
@@ -74,17 +89,12 @@ def check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate: str
         raise ValueError(
             f"up_weight must have gate_weight's shape {tuple(gate_weight.shape)}, got {tuple(up_weight.shape)}"
         )
-    operands = {"gate_weight": gate_weight, "up_weight": up_weight, "gate_bias": gate_bias, "up_bias": up_bias}
-    for name, tensor in operands.items():
-        if tensor is None:
-            continue
-        _check_tensor(name, tensor)
-        if name.endswith("bias") and tensor.shape != gate_weight.shape[:1]:
-            raise ValueError(f"{name} must have shape ({gate_weight.shape[0]},), got {tuple(tensor.shape)}")
-        if tensor.dtype != x.dtype:
-            raise TypeError(f"{name} must have x's dtype {x.dtype}, got {tensor.dtype}")
-        if tensor.device != x.device:
-            raise ValueError(f"{name} must be on x's device {x.device}, got {tensor.device}")
+    _check_projection_operands(
+        {"gate_weight": gate_weight, "up_weight": up_weight, "gate_bias": gate_bias, "up_bias": up_bias},
+        gate_weight.shape[:1],
+        "x",
+        x,
+    )
 
 
 def check_fused_gate_up(gate_up_weight, gate_up_bias) -> None:
@@ -116,16 +126,9 @@ def check_down_proj(gate, up, down_weight, down_bias, approximate: str) -> None:
             f"down_weight must be [hidden, {gate.shape[-1]}] (nn.Linear's layout, intermediate = gate's last "
             f"dimension), got {tuple(down_weight.shape)}"
         )
-    for name, tensor in (("down_weight", down_weight), ("down_bias", down_bias)):
-        if tensor is None:
-            continue
-        _check_tensor(name, tensor)
-        if name == "down_bias" and tensor.shape != down_weight.shape[:1]:
-            raise ValueError(f"down_bias must have shape ({down_weight.shape[0]},), got {tuple(tensor.shape)}")
-        if tensor.dtype != gate.dtype:
-            raise TypeError(f"{name} must have gate's dtype {gate.dtype}, got {tensor.dtype}")
-        if tensor.device != gate.device:
-            raise ValueError(f"{name} must be on gate's device {gate.device}, got {tensor.device}")
+    _check_projection_operands(
+        {"down_weight": down_weight, "down_bias": down_bias}, down_weight.shape[:1], "gate", gate
+    )
 
 
 def concat_output_shape(x: torch.Tensor) -> torch.Size:
