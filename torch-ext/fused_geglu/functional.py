@@ -44,6 +44,11 @@ def _needs_registered_op(*tensors: Optional[torch.Tensor]) -> bool:
     return False
 
 
+def needs_gradient(*tensors: Optional[torch.Tensor]) -> bool:
+    """Whether autograd records a call on these tensors (None skipped): grad mode on and one of them requires it."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def geglu(gate: torch.Tensor, up: torch.Tensor, *, approximate: str = "tanh") -> torch.Tensor:
     """``gelu(gate, approximate) * up`` in one kernel, differentiable.
 
@@ -60,7 +65,7 @@ def geglu(gate: torch.Tensor, up: torch.Tensor, *, approximate: str = "tanh") ->
     check_gate_up(gate, up, approximate)
     if _needs_registered_op(gate, up):
         return ops.geglu(gate, up, approximate)
-    if torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad):
+    if needs_gradient(gate, up):
         return ops.GeGLUFunction.apply(gate, up, approximate)
     return ops.geglu_impl(gate, up, approximate)
 
@@ -74,7 +79,7 @@ def geglu_concat(x: torch.Tensor, *, approximate: str = "tanh") -> torch.Tensor:
     check_concat(x, approximate)
     if _needs_registered_op(x):
         return ops.geglu_concat(x, approximate)
-    if torch.is_grad_enabled() and x.requires_grad:
+    if needs_gradient(x):
         return ops.GeGLUConcatFunction.apply(x, approximate)
     return ops.geglu_concat_impl(x, approximate)
 
@@ -108,7 +113,7 @@ def geglu_linear(
     """
     check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate)
     operands = (x, gate_weight, up_weight, gate_bias, up_bias)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands):
+    if needs_gradient(*operands):
         return geglu(F.linear(x, gate_weight, gate_bias), F.linear(x, up_weight, up_bias), approximate=approximate)
     if _needs_registered_op(*operands):
         return ops.geglu_linear(*operands, approximate)
@@ -160,7 +165,7 @@ def geglu_down_proj(
     if _needs_registered_op(gate, up, down_weight, down_bias):
         return ops.geglu_down_proj(gate, up, down_weight, down_bias, approximate)
     operands = (gate, up, down_weight, down_bias)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands):
+    if needs_gradient(*operands):
         return ops.GeGLUDownProjFunction.apply(*operands, approximate)
     return ops.geglu_down_proj_impl(*operands, approximate)
 
