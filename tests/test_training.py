@@ -180,6 +180,24 @@ def test_training_path_only_computes_the_gradients_asked_for(kernel, device):
                 assert rel_error(q.grad, p.grad) <= 1e-5, name
 
 
+def test_a_frozen_mlp_in_grad_mode_takes_the_inference_path(kernel, device, monkeypatch):
+    """Grad mode on but nothing to differentiate (a frozen model called without no_grad): no autograd step,
+    the first half through geglu_linear (the fused GEMM at decode), eager's output."""
+    module = _mlp(24, 40, dtype=torch.bfloat16, device=device).requires_grad_(False)
+    x = randn(3, 24, dtype=torch.bfloat16, device=device)
+    reference = _copy(module)(x)
+    linear_calls = []
+    monkeypatch.setattr(kernel.layers, "geglu_down_proj", lambda *args, **kwargs: pytest.fail("training path taken"))
+    def counted_geglu_linear(*args, **kwargs):
+        linear_calls.append(1)
+        return kernel.geglu_linear(*args, **kwargs)
+
+    monkeypatch.setattr(kernel.layers, "geglu_linear", counted_geglu_linear)
+    out = _kernelized(kernel, module)(x)
+    assert linear_calls == [1] and not out.requires_grad
+    assert rel_error(out, reference) <= 1e-2
+
+
 def test_training_path_under_torch_compile(kernel, device):
     module = _mlp(32, 72, dtype=torch.float32, device=device, bias=True)
     reference, ours = _copy(module), _kernelized(kernel, _copy(module))

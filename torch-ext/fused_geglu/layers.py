@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from .functional import geglu, geglu_concat, geglu_down_proj, geglu_linear
+from .functional import geglu, geglu_concat, geglu_down_proj, geglu_linear, needs_gradient
 
 # transformers (5.22+) finds the module it builds in place of a mapped Gemma MLP
 # as ``<layer>Layout`` next to the layer: see layouts.py.
@@ -83,7 +83,8 @@ class GeGLUMLP(nn.Module):
     activation; any other activation runs the module's own (class) forward,
     unfused.
 
-    Training (a gradient to compute) with a plain ``nn.Linear`` ``down_proj``:
+    Training (a gradient to compute: grad mode on and a parameter or x
+    requiring it) with a plain ``nn.Linear`` ``down_proj``:
     ``geglu_down_proj`` runs the GeGLU and ``down_proj`` as one autograd step
     that keeps gate and up but not the GeGLU output (recomputed by the
     backward kernel). Inference with plain ``nn.Linear`` gate and up
@@ -100,15 +101,22 @@ class GeGLUMLP(nn.Module):
         if approximate is None:  # kernelize replaced the instance's forward: the class still has the original
             return type(self).forward(self, x)
         gate_proj, up_proj, down_proj = self.gate_proj, self.up_proj, self.down_proj
+        plain_projections = is_plain_linear(gate_proj) and is_plain_linear(up_proj)
         if torch.is_grad_enabled() and is_plain_linear(down_proj):
-            return geglu_down_proj(gate_proj(x), up_proj(x), down_proj.weight, down_proj.bias, approximate=approximate)
-        if is_plain_linear(gate_proj) and is_plain_linear(up_proj):
+            # Training: a gradient to compute. Projections that are not plain may hold trainable
+            # parameters of their own (LoRA), so for them grad mode alone decides.
+            linears = (gate_proj, up_proj, down_proj)
+            if not plain_projections or needs_gradient(x, *(p for m in linears for p in (m.weight, m.bias))):
+                return geglu_down_proj(
+                    gate_proj(x), up_proj(x), down_proj.weight, down_proj.bias, approximate=approximate
+                )
+        if plain_projections:
             hidden = geglu_linear(
                 x, gate_proj.weight, up_proj.weight, gate_proj.bias, up_proj.bias, approximate=approximate
             )
         else:
             hidden = geglu(gate_proj(x), up_proj(x), approximate=approximate)
-        return self.down_proj(hidden)
+        return down_proj(hidden)
 
 
 class GeluAndMul(nn.Module):
