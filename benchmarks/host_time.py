@@ -15,9 +15,14 @@ Cases:
 - a Gemma-style MLP at decode (1 token, bf16) at Gemma3 1B and 4B dims:
   eager's five ops against ``GeGLUMLP.forward`` (the kernelized MLP), with
   direct launches and with Triton's dispatch (issue 15, item 4: at most 0.7x
-  eager's host time).
+  eager's host time); the same at 256 tokens, the unfused path (two cuBLAS
+  GEMMs and the activation kernel), which must not cost more than eager's;
+  with --baseline-kernel-dir, another build's kernelized MLP beside them
+  (before/after a change, in one process);
+- the kernelized decode MLP taken apart (``stage_cases``): each stage of
+  its path timed alone, and eager's ops alone, to show where the time goes.
 
-    python benchmarks/host_time.py --out host_time.json [--kernel-dir build]
+    python benchmarks/host_time.py --out host_time.json [--kernel-dir build] [--baseline-kernel-dir build]
 
 (without --kernel-dir the kernel is built from this checkout first).
 """
@@ -43,7 +48,9 @@ GEMMA3_1B = MLPModel("Gemma3 1B", 1152, 6912)
 GEMMA3_4B = MLPModel("Gemma3 4B", 2560, 10240)
 #: Calls per round (at most five kernels each: 500 launches, inside CUDA's launch queue of ~1000) and rounds.
 CALLS = 100
-ROUNDS = 7
+ROUNDS = 15
+#: The token count of the unfused path (two cuBLAS GEMMs and the activation kernel; past FUSED_MAX_TOKENS).
+UNFUSED_TOKENS = 256
 #: The spin that keeps the GPU busy through a round: this many seconds at 2 GHz or less.
 SPIN_S = 0.1
 TARGET_RATIO = 0.7
@@ -98,25 +105,70 @@ def launch_cases(kernel) -> dict:
     }
 
 
-def mlp_cases(kernel, model: MLPModel) -> dict:
+def mlp_cases(kernel, model: MLPModel, tokens: int, baseline=None) -> dict:
+    """Eager's MLP against the kernelized one (and against the kernelized one of a baseline build, if given)."""
     module = GemmaStyleMLP(model.hidden, model.intermediate, device="cuda", dtype=torch.bfloat16)
-    x = torch.randn(1, 1, model.hidden, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(1, tokens, model.hidden, device="cuda", dtype=torch.bfloat16)
     ours = types.MethodType(kernel.layers.GeGLUMLP.forward, module)
     assert torch.equal(ours(x), ours(x)) and (ours(x) - module(x)).abs().max() < 0.1  # the kernelized MLP, running
     direct = contextlib.nullcontext
-    return {
+    cases = {
         "eager": (lambda: module(x), direct),
         "kernelized, direct launch": (lambda: ours(x), direct),
         "kernelized, Triton dispatch": (lambda: ours(x), lambda: triton_dispatch(kernel)),
     }
+    if baseline is not None:
+        theirs = types.MethodType(baseline.layers.GeGLUMLP.forward, module)
+        cases["kernelized, baseline build"] = (lambda: theirs(x), direct)
+    return cases
+
+
+def stage_cases(kernel, model: MLPModel) -> dict:
+    """The kernelized decode MLP taken apart: each stage of its path alone, and eager's ops alone."""
+    module = GemmaStyleMLP(model.hidden, model.intermediate, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(1, 1, model.hidden, device="cuda", dtype=torch.bfloat16)
+    gate_w, up_w, down = module.gate_proj.weight, module.up_proj.weight, module.down_proj
+    hidden = kernel.functional.geglu_linear(x, gate_w, up_w)
+    gate = module.gate_proj(x)
+    x_rows, h_rows = x.view(-1, model.hidden), hidden.view(-1, model.intermediate)
+    config = kernel.device_tables.gemm_config(1, kernel.device_tables.describe_device(x.get_device()))
+    layers, ops = kernel.layers, kernel.ops
+    direct = contextlib.nullcontext
+    stages = {
+        "GeGLUMLP.forward": lambda: layers.GeGLUMLP.forward(module, x),
+        "forward's module checks (gelu_approximation, is_plain_linear x3)": lambda: (
+            layers.gelu_approximation(module),
+            layers.is_plain_linear(module.gate_proj),
+            layers.is_plain_linear(module.up_proj),
+            layers.is_plain_linear(module.down_proj),
+        ),
+        "functional.geglu_linear": lambda: kernel.functional.geglu_linear(x, gate_w, up_w),
+        "checks.check_linear": lambda: kernel.checks.check_linear(x, gate_w, up_w, None, None, "tanh"),
+        "ops.geglu_linear_impl": lambda: ops.geglu_linear_impl(x, gate_w, up_w, None, None, "tanh"),
+        "launch_geglu_linear (views made)": lambda: kernel.triton_gemm_kernels.launch_geglu_linear(
+            x_rows, gate_w, up_w, None, None, h_rows, "tanh", config
+        ),
+        "output allocation (new_empty)": lambda: x.new_empty((1, 1, model.intermediate)),
+        "x.view(-1, hidden)": lambda: x.view(-1, model.hidden),
+        "down_proj(h) (nn.Linear call)": lambda: down(hidden),
+        "F.linear(h, down weight)": lambda: torch.nn.functional.linear(hidden, down.weight),
+        "eager: gate_proj(x)": lambda: module.gate_proj(x),
+        "eager: act_fn(gate)": lambda: module.act_fn(gate),
+        "eager: gate * up": lambda: gate * gate,
+    }
+    return {name: (fn, direct) for name, fn in stages.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernel-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--baseline-kernel-dir", type=Path, default=None, help="another build, timed beside this one (before/after)"
+    )
     args = parser.parse_args()
     kernel = load_kernel(args.kernel_dir).module
+    baseline = None if args.baseline_kernel_dir is None else load_kernel(args.baseline_kernel_dir).module
     traits = kernel.device_tables.describe_device(torch.cuda.current_device())
     results = {
         "what": __doc__.splitlines()[0],
@@ -127,22 +179,28 @@ def main() -> None:
         "date": utc_now().isoformat(timespec="seconds"),
         "method": f"fastest of {ROUNDS} rounds of {CALLS} calls, host time behind a GPU spin, cases in turns",
         "launch_us": {},
+        "baseline_build": None if baseline is None else str(args.baseline_kernel_dir),
         "mlp_decode_us": {},
+        "mlp_unfused_us": {},
+        "decode_stages_us": {},
     }
     with torch.no_grad():
         results["launch_us"] = fastest_rounds(launch_cases(kernel))
         for name, us in results["launch_us"].items():
             print(f"{name:52s} {us:7.2f} us/call")
         for model in (GEMMA3_1B, GEMMA3_4B):
-            row = fastest_rounds(mlp_cases(kernel, model))
+            row = fastest_rounds(mlp_cases(kernel, model, 1, baseline))
             row["ratio kernelized/eager"] = row["kernelized, direct launch"] / row["eager"]
             row["meets target"] = row["ratio kernelized/eager"] <= TARGET_RATIO
             results["mlp_decode_us"][model.name] = row
-            print(
-                f"MLP {model.name} 1 token: eager {row['eager']:6.1f} us, kernelized {row['kernelized, direct launch']:6.1f} us "
-                f"(Triton dispatch {row['kernelized, Triton dispatch']:6.1f}), ratio {row['ratio kernelized/eager']:.2f} "
-                f"(target <= {TARGET_RATIO})"
-            )
+            print(f"MLP {model.name} 1 token: " + ", ".join(f"{name} {us:.3g}" for name, us in row.items()))
+            row = fastest_rounds(mlp_cases(kernel, model, UNFUSED_TOKENS, baseline))
+            row["ratio kernelized/eager"] = row["kernelized, direct launch"] / row["eager"]
+            results["mlp_unfused_us"][model.name] = row
+            print(f"MLP {model.name} {UNFUSED_TOKENS} tokens: " + ", ".join(f"{name} {us:.3g}" for name, us in row.items()))
+        results["decode_stages_us"] = fastest_rounds(stage_cases(kernel, GEMMA3_1B))
+        for name, us in results["decode_stages_us"].items():
+            print(f"stage (Gemma3 1B, 1 token) {name:60s} {us:7.2f} us/call")
     args.out.write_text(json.dumps(results, indent=1))
 
 

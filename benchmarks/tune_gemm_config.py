@@ -67,11 +67,13 @@ def candidates(gemm, tokens: int) -> list:
     return [config(m, n, k, 8, w, s) for (m, n, k, w), s in itertools.product(shapes, (3, 4))]
 
 
-def compiled_resources(gemm, config, approximate: str) -> dict:
-    """Shared memory (bytes) and registers per thread of the kernel compiled for ``config`` (no bias, 32-bit offsets)."""
-    options = gemm._launch_options(config, approximate, False, False, False)
-    for key, compiled in gemm._launch_geglu_linear_kernel._compiled.items():
-        if key[1] == options.key:
+def compiled_resources(gemm, config) -> dict:
+    """Shared memory (bytes) and registers per thread of the kernel last compiled for ``config``'s tiles and stages."""
+    tiles = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k, "GROUP_M": config.group_m}
+    for (_, options, *_), compiled in reversed(gemm._launch_geglu_linear_kernel._compiled.items()):
+        constexprs = dict(options.constexprs)
+        same_launch = (options.num_warps, options.num_stages) == (config.num_warps, config.num_stages)
+        if same_launch and all(constexprs[name] == value for name, value in tiles.items()):
             return {"shared_bytes": compiled.metadata.shared, "registers": compiled.n_regs}
     return {}
 
@@ -153,7 +155,7 @@ def main() -> None:
                 torch.cuda.synchronize()
                 entry["rel_error_vs_eager"] = ((out.float() - reference).norm() / reference.norm()).item()
                 entry["us"] = median_ms(fused_with(config)) * 1e3
-                entry.update(compiled_resources(gemm, config, approximate))
+                entry.update(compiled_resources(gemm, config))
             except Exception as err:  # out of shared memory or registers: record and go on
                 entry["error"] = f"{type(err).__name__}: {str(err)[:200]}"
             cell["configs"].append(entry)

@@ -53,7 +53,11 @@ def test_a_device_below_every_class_runs_projections_unfused(kernel, monkeypatch
     tiny = _traits(tables, "cuda", smallest - 1, 40, 32)
     assert tables.gemm_table(tiny) is None and tables.gemm_config(1, tiny) is None
     monkeypatch.setattr(gemm, "describe_device", lambda index: tiny)
-    assert gemm.fused_config(torch.empty(1, 64, dtype=torch.bfloat16)) is None
+    gemm.fused_config.cache_clear()  # it remembers each (tokens, device) it answered for
+    try:
+        assert gemm.fused_config(1, torch.empty(1, 64).get_device()) is None
+    finally:
+        gemm.fused_config.cache_clear()
 
 
 def test_the_offline_check_covers_every_class(kernel):

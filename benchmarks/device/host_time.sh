@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # One call of the device tool: host time per call (direct launch against
-# Triton's dispatch; kernelized decode MLP against eager at Gemma3 1B/4B
-# dims). Outputs to $OUT. (The tests run in suite.sh.)
+# Triton's dispatch; kernelized MLP against eager at Gemma3 1B/4B dims, 1 and
+# 256 tokens; the decode path's stages). Outputs to $OUT. With a build carried
+# as .baseline-build/ (python -m geglu_triton build --out .baseline-build, from
+# the revision to compare with), its kernelized MLP is timed beside this one.
 source "$(dirname "$0")/setup.sh"
-timeout 240 "$PY" benchmarks/host_time.py --kernel-dir "$build" --out "$OUT/host_time.json" 2>&1 \
-    | tee "$OUT/host_time.log" | tail -12
+baseline=()
+[ -d .baseline-build ] && baseline=(--baseline-kernel-dir .baseline-build)
+timeout 300 "$PY" benchmarks/host_time.py --kernel-dir "$build" "${baseline[@]}" --out "$OUT/host_time.json" 2>&1 \
+    | tee "$OUT/host_time.log" | grep -v "dirty git tree" | tail -30

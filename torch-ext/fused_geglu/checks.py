@@ -54,19 +54,18 @@ def check_concat(x: torch.Tensor, approximate: str) -> None:
         )
 
 
-def _check_projection_operands(operands: dict, bias_shape: torch.Size, input_name: str, input) -> None:
-    """A projection's weights and biases (None skipped): supported dtypes, biases of ``bias_shape``,
-    and the input's dtype and device."""
-    for name, tensor in operands.items():
-        if tensor is None:
-            continue
-        _check_tensor(name, tensor)
-        if name.endswith("bias") and tensor.shape != bias_shape:
-            raise ValueError(f"{name} must have shape ({bias_shape[0]},), got {tuple(tensor.shape)}")
-        if tensor.dtype != input.dtype:
-            raise TypeError(f"{name} must have {input_name}'s dtype {input.dtype}, got {tensor.dtype}")
-        if tensor.device != input.device:
-            raise ValueError(f"{name} must be on {input_name}'s device {input.device}, got {tensor.device}")
+def _check_projection_operand(name: str, tensor, bias_shape, input_name: str, input) -> None:
+    """One weight (``bias_shape`` None) or bias of a projection, None skipped: a supported dtype, the
+    bias's shape, and the input's dtype and device."""
+    if tensor is None:
+        return
+    _check_tensor(name, tensor)
+    if bias_shape is not None and tensor.shape != bias_shape:
+        raise ValueError(f"{name} must have shape ({bias_shape[0]},), got {tuple(tensor.shape)}")
+    if tensor.dtype != input.dtype:
+        raise TypeError(f"{name} must have {input_name}'s dtype {input.dtype}, got {tensor.dtype}")
+    if tensor.device != input.device:
+        raise ValueError(f"{name} must be on {input_name}'s device {input.device}, got {tensor.device}")
 
 
 def check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate: str) -> None:
@@ -89,12 +88,11 @@ def check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate: str
         raise ValueError(
             f"up_weight must have gate_weight's shape {tuple(gate_weight.shape)}, got {tuple(up_weight.shape)}"
         )
-    _check_projection_operands(
-        {"gate_weight": gate_weight, "up_weight": up_weight, "gate_bias": gate_bias, "up_bias": up_bias},
-        gate_weight.shape[:1],
-        "x",
-        x,
-    )
+    bias_shape = gate_weight.shape[:1]
+    _check_projection_operand("gate_weight", gate_weight, None, "x", x)
+    _check_projection_operand("up_weight", up_weight, None, "x", x)
+    _check_projection_operand("gate_bias", gate_bias, bias_shape, "x", x)
+    _check_projection_operand("up_bias", up_bias, bias_shape, "x", x)
 
 
 def check_fused_gate_up(gate_up_weight, gate_up_bias) -> None:
@@ -126,9 +124,8 @@ def check_down_proj(gate, up, down_weight, down_bias, approximate: str) -> None:
             f"down_weight must be [hidden, {gate.shape[-1]}] (nn.Linear's layout, intermediate = gate's last "
             f"dimension), got {tuple(down_weight.shape)}"
         )
-    _check_projection_operands(
-        {"down_weight": down_weight, "down_bias": down_bias}, down_weight.shape[:1], "gate", gate
-    )
+    _check_projection_operand("down_weight", down_weight, None, "gate", gate)
+    _check_projection_operand("down_bias", down_bias, down_weight.shape[:1], "gate", gate)
 
 
 def concat_output_shape(x: torch.Tensor) -> torch.Size:

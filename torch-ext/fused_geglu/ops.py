@@ -56,11 +56,7 @@ _TRITON_INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _runs_on_triton(tensor: torch.Tensor) -> bool:
-    if triton_kernels is None:
-        return False
-    if tensor.device.type == "cpu":
-        return _TRITON_INTERPRETER
-    return True
+    return triton_kernels is not None and (_TRITON_INTERPRETER or not tensor.is_cpu)
 
 
 _warned_of_fallback = False
@@ -185,20 +181,9 @@ def geglu_concat_backward_impl(grad_out, x, approximate: str) -> torch.Tensor:
     return grad_x
 
 
-def _fused_linear_plan(x, gate_weight, up_weight):
-    """(x as [tokens, hidden], launch configuration) for the fused GEMM, or None where it does not run.
-
-    It runs on Triton devices, on bf16/fp16, with weights whose rows are
-    contiguous (as nn.Linear's are), where it beats two GEMMs and the
-    activation kernel and the device has a launch table.
-    """
-    if not _runs_on_triton(x) or x.dtype not in triton_gemm_kernels.FUSED_DTYPES:
-        return None
-    if gate_weight.stride(-1) != 1 or up_weight.stride(-1) != 1:
-        return None
-    x_rows = _row_view(x)
-    config = None if x_rows is None else triton_gemm_kernels.fused_config(x_rows)
-    return None if config is None else (x_rows, config)
+def _fused_linear_operand(x: torch.Tensor) -> Optional[torch.Tensor]:
+    """x as the fused GEMM reads it (see launch_geglu_linear): as it is when contiguous, else its row view or None."""
+    return x if x.is_contiguous() else _row_view(x)
 
 
 def geglu_linear_impl(
@@ -211,21 +196,37 @@ def geglu_linear_impl(
 ) -> torch.Tensor:
     """gelu(x W_gate^T + b_gate) * (x W_up^T + b_up).
 
-    One fused GEMM where it runs and pays off; otherwise (or where Triton
-    cannot compile it for the device) two GEMMs and the activation kernel
-    (or its PyTorch fallback).
+    One fused GEMM where it runs: on Triton devices, bf16/fp16, weights with
+    contiguous rows (as nn.Linear's are), x with a row view, and where the
+    device's launch table says it beats two GEMMs and the activation kernel.
+    Otherwise (or where Triton cannot compile it for the device) two GEMMs
+    and the activation kernel (or its PyTorch fallback).
+
+    This is the decode path: each step below was chosen for its host cost
+    (one cached lookup for the configuration, no views for contiguous x).
     """
-    out = _new_output(x, x.shape[:-1] + (gate_weight.shape[0],))
+    n_out = gate_weight.shape[0]
+    out = x.new_empty(x.shape[:-1] + (n_out,))
     if out.numel() == 0:
         return out
-    plan = _fused_linear_plan(x, gate_weight, up_weight)
-    if plan is not None:
-        x_rows, config = plan
+    config = (
+        triton_gemm_kernels.fused_config(out.numel() // n_out, x.get_device())
+        if _runs_on_triton(x)
+        and x.dtype in triton_gemm_kernels.FUSED_DTYPES
+        and gate_weight.stride(-1) == 1
+        and up_weight.stride(-1) == 1
+        else None
+    )
+    fused_x = None if config is None else _fused_linear_operand(x)
+    if fused_x is not None:
         # The kernel reads a bias as a unit-stride vector: copy one that is not (it is tiny next to the weights).
-        biases = [b if b is None or b.stride(0) == 1 else b.contiguous() for b in (gate_bias, up_bias)]
+        if gate_bias is not None and gate_bias.stride(0) != 1:
+            gate_bias = gate_bias.contiguous()
+        if up_bias is not None and up_bias.stride(0) != 1:
+            up_bias = up_bias.contiguous()
         try:
             triton_gemm_kernels.launch_geglu_linear(
-                x_rows, gate_weight, up_weight, *biases, out.view(-1, out.shape[-1]), approximate, config
+                fused_x, gate_weight, up_weight, gate_bias, up_bias, out, approximate, config
             )
             return out
         except KernelUnavailable as error:

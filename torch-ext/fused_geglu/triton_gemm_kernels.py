@@ -153,13 +153,15 @@ def fused_pays_off(n_tokens: int) -> bool:
     return RUNS_INTERPRETED or n_tokens <= FUSED_MAX_TOKENS
 
 
-def fused_config(x: torch.Tensor) -> Optional[GemmConfig]:
-    """The configuration to run the fused kernel with on x [tokens, hidden], or None where it should not run.
+@functools.lru_cache(maxsize=256)
+def fused_config(n_tokens: int, device_index: int) -> Optional[GemmConfig]:
+    """The configuration to run the fused kernel with for this many tokens on this device, or None where it should not run.
 
-    It runs where it pays off and the device has a launch table (enough shared memory).
+    It runs where it pays off and the device has a launch table (enough
+    shared memory). ``device_index`` is a tensor's ``get_device()`` (-1: the
+    interpreter). Cached on the two integers: one lookup per call.
     """
-    n_tokens = x.shape[0]
-    return gemm_config(n_tokens, describe_device(x.get_device())) if fused_pays_off(n_tokens) else None
+    return gemm_config(n_tokens, describe_device(device_index)) if fused_pays_off(n_tokens) else None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -172,7 +174,7 @@ def _launch_plan(
     approximate: str,
     has_gate_bias: bool,
     has_up_bias: bool,
-) -> tuple[tuple[int], LaunchOptions]:
+) -> tuple[tuple[int, int, int], LaunchOptions]:
     """Grid and constexprs of one launch (cached: one lookup per call, no Python arithmetic on the way)."""
     matrices = ((n_tokens, n_in), (n_out, n_in), (n_out, n_in), (n_tokens, n_out))
     int64_offsets = needs_int64_offsets(*((rows, cols, stride) for (rows, cols), stride in zip(matrices, strides)))
@@ -191,7 +193,7 @@ def _launch_plan(
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
-    grid = (triton.cdiv(n_tokens, config.block_m) * triton.cdiv(n_out, config.block_n),)
+    grid = (triton.cdiv(n_tokens, config.block_m) * triton.cdiv(n_out, config.block_n), 1, 1)
     return grid, options
 
 
@@ -208,13 +210,18 @@ def launch_geglu_linear(
     approximate: str,
     config: GemmConfig,
 ) -> None:
-    """out [M, N] = GeGLU of x [M, K] through the weights [N, K]; every matrix with unit column stride.
+    """out [..., N] = GeGLU of x [..., K] through the weights [N, K]; every matrix with unit column stride.
 
+    x and out are each either 2-D [M, K] / [M, N] (any row stride) or
+    contiguous with any leading shape (M = the product of the leading
+    dimensions): the kernel reads them as [M, K] and [M, N] without a view.
     ``config``: from ``fused_config``, or any other (for tuning).
     """
-    n_tokens, n_in = x.shape
-    n_out = gate_weight.shape[0]
-    strides = (x.stride(0), gate_weight.stride(0), up_weight.stride(0), out.stride(0))
+    n_in, n_out = x.shape[-1], gate_weight.shape[0]
+    n_tokens = out.numel() // n_out
+    x_row_stride = x.stride(0) if x.dim() == 2 else n_in
+    out_row_stride = out.stride(0) if out.dim() == 2 else n_out
+    strides = (x_row_stride, gate_weight.stride(0), up_weight.stride(0), out_row_stride)
     grid, options = _launch_plan(
         n_tokens, n_out, n_in, strides, config, approximate, gate_bias is not None, up_bias is not None
     )

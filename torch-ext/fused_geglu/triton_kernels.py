@@ -244,10 +244,10 @@ def needs_int64_offsets(*matrices: tuple[int, int, int]) -> bool:
 @functools.lru_cache(maxsize=4096)
 def launch_plan(
     n_rows: int, n_cols: int, max_row_stride: int, element_size: int, approximate: str, warp_size: int
-) -> tuple[tuple[int], LaunchOptions]:
+) -> tuple[tuple[int, int, int], LaunchOptions]:
     """Grid and constexprs of either kernel on [n_rows, n_cols] matrices (cached: one lookup per call)."""
     config = elementwise_config(n_rows, n_cols, element_size, warp_size)
-    grid = (triton.cdiv(n_rows, config.block_m) * triton.cdiv(n_cols, config.block_n),)
+    grid = (triton.cdiv(n_rows, config.block_m) * triton.cdiv(n_cols, config.block_n), 1, 1)
     options = LaunchOptions(
         constexprs=(
             ("APPROXIMATE_TANH", approximate == "tanh"),
@@ -283,7 +283,7 @@ def _backward_plan(
     approximate: str,
     warp_size: int,
     store_output: bool,
-) -> tuple[tuple[int], LaunchOptions]:
+) -> tuple[tuple[int, int, int], LaunchOptions]:
     """``launch_plan`` with the backward kernel's last constexpr, STORE_OUTPUT (cached: one lookup per call)."""
     grid, options = launch_plan(n_rows, n_cols, max_row_stride, element_size, approximate, warp_size)
     constexprs = (*options.constexprs, ("STORE_OUTPUT", store_output))

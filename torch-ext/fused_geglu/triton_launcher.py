@@ -39,7 +39,6 @@ path without compiling it again.
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -63,6 +62,9 @@ DIRECT_LAUNCH_TRITON = frozenset({(3, 6), (3, 7), (3, 8), (3, 9)})
 DIRECT_LAUNCH_BACKENDS = frozenset({"cuda", "hip"})
 
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+#: Specialization keys of integer arguments a launcher remembers (one per shape seen, about).
+MAX_SCALAR_KEYS = 4096
 
 #: What Triton raises when a configuration does not compile or load on the device. Compiled, an
 #: MLIR pass failure or a driver refusal (too many resources requested) is a RuntimeError; the
@@ -116,15 +118,13 @@ def specialization_key(backend: Any, args: tuple, flags: tuple[tuple[bool, bool,
     return tuple([native_specialize_impl(backend, arg, *flag) for arg, flag in zip(args, flags)])
 
 
-@functools.lru_cache(maxsize=4096)
-def scalar_specialization_key(backend: Any, scalars: tuple[int, ...], flags: tuple[tuple[bool, bool, bool], ...]) -> tuple:
-    """``specialization_key`` of integer arguments, which depends on their values alone: cached."""
-    return specialization_key(backend, scalars, flags)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LaunchOptions:
-    """A kernel's constexprs (name, value) in signature order and its launch options."""
+    """A kernel's constexprs (name, value) in signature order and its launch options.
+
+    Equal when their ``key`` is; the hash is computed once, so that a
+    launch's cache lookup does not walk the constexprs on every call.
+    """
 
     constexprs: tuple[tuple[str, Any], ...]
     num_warps: int
@@ -132,9 +132,18 @@ class LaunchOptions:
     key: tuple = field(init=False, repr=False)
     constexpr_values: tuple = field(init=False, repr=False)
 
+    key_hash: int = field(init=False, repr=False)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", (self.constexprs, self.num_warps, self.num_stages))
+        object.__setattr__(self, "key_hash", hash(self.key))
         object.__setattr__(self, "constexpr_values", tuple(value for _, value in self.constexprs))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LaunchOptions) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return self.key_hash
 
     def as_kwargs(self) -> dict[str, Any]:
         kwargs = dict(self.constexprs, num_warps=self.num_warps)
@@ -157,6 +166,8 @@ class Launcher:
         self._compiled: dict[tuple, Any] = {}
         self._backends: dict[int, Any] = {}  # device index -> Triton's backend (direct path only)
         self._tensor_flags = self._scalar_flags = ()  # parameter_flags(kernel), split; set on the first direct launch
+        # (device index, integer arguments) -> their specialization key, which depends on their values alone.
+        self._scalar_keys: dict[tuple, tuple] = {}
         self._unavailable: dict[tuple, str] = {}  # (device index, options.key) -> why it did not compile or launch
 
     def __call__(
@@ -177,12 +188,12 @@ class Launcher:
             backend = self._backends[index] = make_backend(driver.active.get_current_target())
             flags = parameter_flags(self.kernel)
             self._tensor_flags, self._scalar_flags = flags[: len(tensors)], flags[len(tensors) :]
-        key = (
-            index,
-            options.key,
-            specialization_key(backend, tensors, self._tensor_flags),
-            scalar_specialization_key(backend, scalars, self._scalar_flags),
-        )
+        scalar_key = self._scalar_keys.get((index, scalars))
+        if scalar_key is None:
+            if len(self._scalar_keys) >= MAX_SCALAR_KEYS:  # many shapes seen: start over rather than grow
+                self._scalar_keys.clear()
+            scalar_key = self._scalar_keys[index, scalars] = specialization_key(backend, scalars, self._scalar_flags)
+        key = (index, options, specialization_key(backend, tensors, self._tensor_flags), scalar_key)
         compiled = self._compiled.get(key)
         if compiled is None:
             self._compiled[key] = self._dispatch(grid, tensors, scalars, options, index)
