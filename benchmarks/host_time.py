@@ -37,6 +37,8 @@ import types
 from pathlib import Path
 
 import torch
+import triton
+from triton.runtime import driver
 
 from geglu_triton.benchmarking.environment import load_kernel, utc_now, versions
 from geglu_triton.benchmarking.grid import MLPModel
@@ -133,6 +135,17 @@ def stage_cases(kernel, model: MLPModel) -> dict:
     x_rows, h_rows = x.view(-1, model.hidden), hidden.view(-1, model.intermediate)
     config = kernel.device_tables.gemm_config(1, kernel.device_tables.describe_device(x.get_device()))
     layers, ops = kernel.layers, kernel.ops
+    # The direct launcher's parts, on the launch just made (Launcher.__call__ for what they are).
+    launcher_module, launcher = kernel.triton_launcher, kernel.triton_gemm_kernels._launch_geglu_linear_kernel
+    (_, options, *_), compiled = next(reversed(launcher._compiled.items()))
+    backend = launcher._backends[x.get_device()]
+    launch_tensors = (x_rows, gate_w, up_w, h_rows, h_rows, h_rows)
+    n_out, n_in = model.intermediate, model.hidden
+    grid = (triton.cdiv(n_out, config.block_n), 1, 1)
+    stream = driver.active.get_current_stream(x.get_device())
+    launch_args = (
+        *[t.data_ptr() for t in launch_tensors], 1, n_out, n_in, n_in, n_in, n_in, n_out, *options.constexpr_values
+    )
     direct = contextlib.nullcontext
     stages = {
         "GeGLUMLP.forward": lambda: layers.GeGLUMLP.forward(module, x),
@@ -147,6 +160,14 @@ def stage_cases(kernel, model: MLPModel) -> dict:
         "ops.geglu_linear_impl": lambda: ops.geglu_linear_impl(x, gate_w, up_w, None, None, "tanh"),
         "launch_geglu_linear (views made)": lambda: kernel.triton_gemm_kernels.launch_geglu_linear(
             x_rows, gate_w, up_w, None, None, h_rows, "tanh", config
+        ),
+        "launcher: current device (Triton's driver)": lambda: driver.active.get_current_device(),
+        "launcher: current stream (Triton's driver)": lambda: driver.active.get_current_stream(0),
+        "launcher: specialization key of the 6 pointer arguments": lambda: launcher_module.specialization_key(
+            backend, launch_tensors, launcher._tensor_flags
+        ),
+        "launcher: compiled.run alone": lambda: compiled.run(
+            *grid, stream, compiled.function, compiled.packed_metadata, None, None, None, *launch_args
         ),
         "output allocation (new_empty)": lambda: x.new_empty((1, 1, model.intermediate)),
         "x.view(-1, hidden)": lambda: x.view(-1, model.hidden),
