@@ -40,6 +40,17 @@ _GELU_OF_ACTIVATION_NAME = {
 }
 
 
+def _submodule(module: nn.Module, name: str):
+    """``module.<name>``, read from ``module._modules`` where it is registered there.
+
+    A layer's forward reads several submodules and parameters per call, and
+    each ``nn.Module.__getattr__`` costs about a microsecond of host time at
+    decode, where the whole MLP's GPU work takes tens (benchmarks/host_time.py).
+    """
+    found = module._modules.get(name)
+    return found if found is not None else getattr(module, name, None)
+
+
 def gelu_approximation(module: nn.Module) -> Optional[str]:
     """The GELU form of a GeGLU MLP's activation ("tanh" or "none"), or None if it is not a GELU.
 
@@ -48,7 +59,7 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
     config's ``hidden_activation`` or ``hidden_act``; an activation named
     there that is not a GELU, or none at all, is None too.
     """
-    act_fn = getattr(module, "act_fn", None)
+    act_fn = _submodule(module, "act_fn")
     if act_fn is not None:
         if isinstance(act_fn, nn.GELU):
             return act_fn.approximate
@@ -71,7 +82,7 @@ def is_plain_linear(module: nn.Module) -> bool:
         type(module) is nn.Linear
         and not module._forward_hooks
         and not module._forward_pre_hooks
-        and type(module.weight) in (nn.Parameter, torch.Tensor)
+        and type(module._parameters["weight"]) in (nn.Parameter, torch.Tensor)
     )
 
 
@@ -100,20 +111,20 @@ class GeGLUMLP(nn.Module):
         approximate = gelu_approximation(self)
         if approximate is None:  # kernelize replaced the instance's forward: the class still has the original
             return type(self).forward(self, x)
-        gate_proj, up_proj, down_proj = self.gate_proj, self.up_proj, self.down_proj
+        gate_proj, up_proj = _submodule(self, "gate_proj"), _submodule(self, "up_proj")
+        down_proj = _submodule(self, "down_proj")
         plain_projections = is_plain_linear(gate_proj) and is_plain_linear(up_proj)
+        # A plain nn.Linear's parameters are read from its _parameters (see _submodule).
         if torch.is_grad_enabled() and is_plain_linear(down_proj):
             # Training: a gradient to compute. Projections that are not plain may hold trainable
             # parameters of their own (LoRA), so for them grad mode alone decides.
             linears = (gate_proj, up_proj, down_proj)
-            if not plain_projections or needs_gradient(x, *(p for m in linears for p in (m.weight, m.bias))):
-                return geglu_down_proj(
-                    gate_proj(x), up_proj(x), down_proj.weight, down_proj.bias, approximate=approximate
-                )
+            if not plain_projections or needs_gradient(x, *(p for m in linears for p in m._parameters.values())):
+                down = down_proj._parameters
+                return geglu_down_proj(gate_proj(x), up_proj(x), down["weight"], down["bias"], approximate=approximate)
         if plain_projections:
-            hidden = geglu_linear(
-                x, gate_proj.weight, up_proj.weight, gate_proj.bias, up_proj.bias, approximate=approximate
-            )
+            gate, up = gate_proj._parameters, up_proj._parameters
+            hidden = geglu_linear(x, gate["weight"], up["weight"], gate["bias"], up["bias"], approximate=approximate)
         else:
             hidden = geglu(gate_proj(x), up_proj(x), approximate=approximate)
         return down_proj(hidden)

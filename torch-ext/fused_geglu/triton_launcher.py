@@ -114,8 +114,18 @@ def parameter_flags(kernel: Any) -> tuple[tuple[bool, bool, bool], ...]:
 
 
 def specialization_key(backend: Any, args: tuple, flags: tuple[tuple[bool, bool, bool], ...]) -> tuple:
-    """What Triton's dispatch specializes these (non-constexpr) arguments on, for this backend."""
-    return tuple([native_specialize_impl(backend, arg, *flag) for arg, flag in zip(args, flags)])
+    """What Triton's dispatch specializes these (non-constexpr) arguments on, for this backend.
+
+    An argument that is the argument before it, with the same flags, reuses
+    its key: the launches pass one tensor in each pointer slot a kernel will
+    not read (a missing bias), and each key costs a call into Triton.
+    """
+    keys: list = []
+    previous = previous_flag = None
+    for arg, flag in zip(args, flags):
+        keys.append(keys[-1] if arg is previous and flag == previous_flag else native_specialize_impl(backend, arg, *flag))
+        previous, previous_flag = arg, flag
+    return tuple(keys)
 
 
 @dataclass(frozen=True, eq=False)
