@@ -12,19 +12,15 @@ layer from one of the measurement.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import statistics
-from pathlib import Path
 
 import torch
 
-from geglu_triton.benchmarking import model_grid
 from geglu_triton.benchmarking.environment import utc_now, versions
-from geglu_triton.benchmarking.implementations import EAGER, OURS
-from geglu_triton.benchmarking.model_implementations import ModelForwards
-from geglu_triton.benchmarking.model_workloads import _static_decode
+from geglu_triton.benchmarking.model_probes import eager_and_ours, probe_parser
+from geglu_triton.benchmarking.model_workloads import static_decode
 from geglu_triton.benchmarking.timing import garbage_collector_paused
 
 ROUNDS = 4
@@ -32,26 +28,16 @@ NEW_TOKENS = 32
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernel-dir", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--size", default="1b", choices=list(model_grid.GEMMA3_SIZES))
-    parser.add_argument("--device", default="cuda")
+    parser = probe_parser(__doc__.splitlines()[0])
     args = parser.parse_args()
-    device = torch.device(args.device)
-    size = model_grid.GEMMA3_SIZES[args.size]
-    model = model_grid.build_model(size, size.layers, device)
-    forwards = ModelForwards(
-        model, (EAGER, OURS), kernel_dir=args.kernel_dir.resolve(), approximate=model_grid.APPROXIMATE,
-        device=device, training=False,
-    )
+    model, forwards, device = eager_and_ours(args)
     prompt = torch.randint(model.config.vocab_size, (1, 32), device=device)
     samples = {f"{name}, gc {mode}": [] for name in forwards.available for mode in ("on", "paused")}
     collections = dict.fromkeys(samples, 0)
     with torch.no_grad():
         for name in forwards.available:
             forwards.use(name)
-            _static_decode(model, prompt, NEW_TOKENS, device)
+            static_decode(model, prompt, NEW_TOKENS, device)
         for round_index in range(ROUNDS):
             order = forwards.available if round_index % 2 == 0 else forwards.available[::-1]
             for mode in ("on", "paused"):
@@ -60,9 +46,9 @@ def main() -> None:
                     before = sum(stat["collections"] for stat in gc.get_stats())
                     if mode == "paused":
                         with garbage_collector_paused():
-                            seconds = _static_decode(model, prompt, NEW_TOKENS, device)[1]
+                            seconds = static_decode(model, prompt, NEW_TOKENS, device)[1]
                     else:
-                        seconds = _static_decode(model, prompt, NEW_TOKENS, device)[1]
+                        seconds = static_decode(model, prompt, NEW_TOKENS, device)[1]
                     key = f"{name}, gc {mode}"
                     collections[key] += sum(stat["collections"] for stat in gc.get_stats()) - before
                     samples[key].append(NEW_TOKENS / seconds)
@@ -77,8 +63,10 @@ def main() -> None:
         "gc_collections": collections,
     }
     for key, values in samples.items():
-        print(f"{key:20s} tokens/s median {statistics.median(values):6.1f}  rounds {[round(v, 1) for v in values]}  "
-              f"gc collections {collections[key]}")
+        print(
+            f"{key:20s} tokens/s median {statistics.median(values):6.1f}  rounds {[round(v, 1) for v in values]}  "
+            f"gc collections {collections[key]}"
+        )
     args.out.write_text(json.dumps(result, indent=1))
 
 

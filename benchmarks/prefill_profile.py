@@ -12,17 +12,13 @@ implementation and writes them as JSON.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from pathlib import Path
 
 import torch
 
-from geglu_triton.benchmarking import model_grid
 from geglu_triton.benchmarking.environment import utc_now, versions
-from geglu_triton.benchmarking.implementations import EAGER, OURS
-from geglu_triton.benchmarking.model_implementations import ModelForwards
+from geglu_triton.benchmarking.model_probes import eager_and_ours, probe_parser
 from geglu_triton.benchmarking.timing import synchronize
 
 FORWARDS = 3
@@ -31,26 +27,22 @@ TOP = 25
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernel-dir", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--size", default="1b", choices=list(model_grid.GEMMA3_SIZES))
+    parser = probe_parser(__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=1024)
-    parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
-    device = torch.device(args.device)
-    size = model_grid.GEMMA3_SIZES[args.size]
-    model = model_grid.build_model(size, size.layers, device)
-    forwards = ModelForwards(
-        model, (EAGER, OURS), kernel_dir=args.kernel_dir.resolve(), approximate=model_grid.APPROXIMATE,
-        device=device, training=False,
-    )
+    model, forwards, device = eager_and_ours(args)
     ids = torch.randint(model.config.vocab_size, (1, args.tokens), device=device)
 
     def prefill() -> None:
         model(input_ids=ids, use_cache=False, logits_to_keep=1)
 
-    result = {"size": args.size, "tokens": args.tokens, "versions": versions(), "date": utc_now().isoformat(), "wall_ms": {}}
+    result = {
+        "size": args.size,
+        "tokens": args.tokens,
+        "versions": versions(),
+        "date": utc_now().isoformat(),
+        "wall_ms": {},
+    }
     with torch.no_grad():
         for name in forwards.available:
             forwards.use(name)
@@ -70,7 +62,10 @@ def main() -> None:
             print(f"{name}: wall ms per prefill {sorted(walls[name])}")
         for name in forwards.available:
             forwards.use(name)
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])) as prof:
+            with torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU]
+                + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
+            ) as prof:
                 for _ in range(FORWARDS):
                     prefill()
                 synchronize(device)

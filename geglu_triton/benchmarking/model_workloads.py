@@ -270,7 +270,7 @@ def _static_cache(model, max_cache_len: int):
     return StaticCache(config=model.config, max_cache_len=max_cache_len)
 
 
-def _static_decode(model, prompt: torch.Tensor, new_tokens: int, device: torch.device):
+def static_decode(model, prompt: torch.Tensor, new_tokens: int, device: torch.device):
     """Greedy tokens from a loop of single-token forwards on a static cache; the loop's wall seconds.
 
     The prefill fills the cache (not timed); then ``new_tokens`` forwards of
@@ -327,7 +327,7 @@ def decode_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Cal
             for name in forwards.available:  # the check: greedy tokens of a fixed prompt, both ways
                 forwards.use(name)
                 generated = _generate(model, checked_prompt, plan.new_tokens)
-                looped = _static_decode(model, checked_prompt, plan.new_tokens, device)[0]
+                looped = static_decode(model, checked_prompt, plan.new_tokens, device)[0]
                 results[name]["static_loop_matches_generate"] = bool(torch.equal(generated, looped))
                 if name == EAGER:
                     expected = generated
@@ -341,7 +341,7 @@ def decode_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Cal
                 for name in forwards.available:
                     forwards.use(name)
                     refresh()
-                    loop_wall[name].append(_static_decode(model, prompt, plan.new_tokens, device)[1])
+                    loop_wall[name].append(static_decode(model, prompt, plan.new_tokens, device)[1])
             step_s = _decode_step_device_s(ctx, model, forwards, prompt)
             layers = len(forwards.mlps)
             for name in forwards.available:
