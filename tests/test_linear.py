@@ -258,6 +258,19 @@ def test_geglu_mlp_runs_plain_projections_through_geglu_linear(kernel, device, f
     assert fused_launches == ([6] if kernel.triton_gemm_kernels.fused_pays_off(6) else [])
 
 
+def test_geglu_mlp_under_autocast_runs_in_its_dtype(kernel, device, fused_launches):
+    """fp32 weights in an autocast region: eager's projections run in the autocast dtype, and so do ours (the fused GEMM)."""
+    module = _GemmaStyleMLP().to(device)
+    x = randn(2, 3, 16, device=device)
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+        out = _kernel_forward(kernel, module, x)
+        with torch.no_grad():
+            expected = module(x)
+    assert out.dtype == expected.dtype == torch.bfloat16
+    assert rel_error(out, expected) <= 1e-2
+    assert fused_launches == ([6] if kernel.triton_gemm_kernels.fused_pays_off(6) else [])
+
+
 def test_geglu_mlp_calls_projections_that_are_not_plain_linear(kernel, device, fused_launches):
     """A Linear subclass, or a forward hook, changes what the projection computes: the layer calls it."""
     subclassed = _GemmaStyleMLP(linear=_ScaledLinear).to(device)

@@ -140,6 +140,29 @@ def _saved_activation_bytes(module, x):
     return sum(saved.values()), len(saved)
 
 
+def test_mixed_precision_training_under_autocast_matches_eager(kernel, device):
+    """torch.autocast over fp32 weights, as mixed-precision training runs: the forward in the autocast
+    dtype where eager's is, and fp32 gradients on the fp32 weights as close to eager's as in bf16."""
+    module = _mlp(48, 136, dtype=torch.float32, device=device, bias=True)
+    x = randn(2, 7, 48, device=device)
+    grad_y = randn(2, 7, 48, dtype=torch.bfloat16, device=device)
+
+    def forward_and_backward(twin):
+        x_leaf = x.clone().requires_grad_()
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+            y = twin(x_leaf)
+        y.backward(grad_y)
+        return y, {"x": x_leaf.grad, **{name: p.grad for name, p in twin.named_parameters()}}
+
+    eager_y, eager = forward_and_backward(_copy(module))
+    ours_y, ours = forward_and_backward(_kernelized(kernel, _copy(module)))
+    assert ours_y.dtype == eager_y.dtype == torch.bfloat16
+    assert rel_error(ours_y, eager_y) <= 1e-2
+    for name in eager:
+        assert ours[name].dtype == torch.float32, name
+        torch.testing.assert_close(ours[name], eager[name], **LIGER_GRAD_TOLERANCE, msg=lambda m: f"grad of {name}: {m}")
+
+
 def test_training_path_saves_x_gate_and_up_only(kernel, device):
     tokens, hidden, intermediate = 6, 32, 96
     module = _mlp(hidden, intermediate, dtype=torch.bfloat16, device=device)

@@ -51,6 +51,25 @@ def _submodule(module: nn.Module, name: str):
     return found if found is not None else getattr(module, name, None)
 
 
+def autocast_dtype(x: torch.Tensor) -> Optional[torch.dtype]:
+    """The dtype ``torch.autocast`` runs eager's projections in on x's device, or None outside autocast.
+
+    Under autocast (mixed-precision training over fp32 weights, or inference
+    in an autocast region) eager's ``nn.Linear`` casts its input and weights to
+    this dtype; the kernels take the tensors as they are given, so the layer
+    casts them the same way itself.
+    """
+    if x.is_meta:  # autocast has no state for the meta device
+        return None
+    device_type = x.device.type
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+
+def _cast(tensor: Optional[torch.Tensor], dtype: Optional[torch.dtype]) -> Optional[torch.Tensor]:
+    """``tensor`` in ``dtype`` as autocast casts it (differentiably); as it is for None."""
+    return tensor if tensor is None or dtype is None else tensor.to(dtype)
+
+
 def gelu_approximation(module: nn.Module) -> Optional[str]:
     """The GELU form of a GeGLU MLP's activation ("tanh" or "none"), or None if it is not a GELU.
 
@@ -101,7 +120,9 @@ class GeGLUMLP(nn.Module):
     backward kernel). Inference with plain ``nn.Linear`` gate and up
     projections: ``geglu_linear`` computes the first half (one Triton GEMM
     where it is faster). Projections that are not plain (quantized, LoRA,
-    hooked) are called as they are and only the GeGLU is fused.
+    hooked) are called as they are and only the GeGLU is fused. Under
+    ``torch.autocast`` the tensors it reads directly are cast to the autocast
+    dtype, as eager's ``nn.Linear`` casts them.
     """
 
     has_backward = True
@@ -114,6 +135,8 @@ class GeGLUMLP(nn.Module):
         gate_proj, up_proj = _submodule(self, "gate_proj"), _submodule(self, "up_proj")
         down_proj = _submodule(self, "down_proj")
         plain_projections = is_plain_linear(gate_proj) and is_plain_linear(up_proj)
+        # The projections called as modules cast for autocast themselves; those read directly are cast here.
+        cast_to = autocast_dtype(x)
         # A plain nn.Linear's parameters are read from its _parameters (see _submodule).
         if torch.is_grad_enabled() and is_plain_linear(down_proj):
             # Training: a gradient to compute. Projections that are not plain may hold trainable
@@ -121,10 +144,19 @@ class GeGLUMLP(nn.Module):
             linears = (gate_proj, up_proj, down_proj)
             if not plain_projections or needs_gradient(x, *(p for m in linears for p in m._parameters.values())):
                 down = down_proj._parameters
-                return geglu_down_proj(gate_proj(x), up_proj(x), down["weight"], down["bias"], approximate=approximate)
+                return geglu_down_proj(
+                    gate_proj(x),
+                    up_proj(x),
+                    _cast(down["weight"], cast_to),
+                    _cast(down["bias"], cast_to),
+                    approximate=approximate,
+                )
         if plain_projections:
             gate, up = gate_proj._parameters, up_proj._parameters
-            hidden = geglu_linear(x, gate["weight"], up["weight"], gate["bias"], up["bias"], approximate=approximate)
+            operands = (x, gate["weight"], up["weight"], gate["bias"], up["bias"])
+            if cast_to is not None:
+                operands = tuple(_cast(t, cast_to) for t in operands)
+            hidden = geglu_linear(*operands, approximate=approximate)
         else:
             hidden = geglu(gate_proj(x), up_proj(x), approximate=approximate)
         return down_proj(hidden)
