@@ -140,9 +140,11 @@ def _saved_activation_bytes(module, x):
     return sum(saved.values()), len(saved)
 
 
-def test_mixed_precision_training_under_autocast_matches_eager(kernel, device):
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager-mode", "torch.compile"])
+def test_mixed_precision_training_under_autocast_matches_eager(kernel, device, compiled):
     """torch.autocast over fp32 weights, as mixed-precision training runs: the forward in the autocast
-    dtype where eager's is, and fp32 gradients on the fp32 weights as close to eager's as in bf16."""
+    dtype where eager's is, and fp32 gradients on the fp32 weights as close to eager's as in bf16;
+    also with the layer under torch.compile(fullgraph=True), which must trace the autocast query."""
     module = _mlp(48, 136, dtype=torch.float32, device=device, bias=True)
     x = randn(2, 7, 48, device=device)
     grad_y = randn(2, 7, 48, dtype=torch.bfloat16, device=device)
@@ -152,10 +154,16 @@ def test_mixed_precision_training_under_autocast_matches_eager(kernel, device):
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
             y = twin(x_leaf)
         y.backward(grad_y)
-        return y, {"x": x_leaf.grad, **{name: p.grad for name, p in twin.named_parameters()}}
+        # torch.compile's wrapper names the parameters "_orig_mod.<name>".
+        grads = {name.removeprefix("_orig_mod."): p.grad for name, p in twin.named_parameters()}
+        return y, {"x": x_leaf.grad, **grads}
 
     eager_y, eager = forward_and_backward(_copy(module))
-    ours_y, ours = forward_and_backward(_kernelized(kernel, _copy(module)))
+    kernelized = _kernelized(kernel, _copy(module))
+    if compiled:
+        torch._dynamo.reset()
+        kernelized = torch.compile(kernelized, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    ours_y, ours = forward_and_backward(kernelized)
     assert ours_y.dtype == eager_y.dtype == torch.bfloat16
     assert rel_error(ours_y, eager_y) <= 1e-2
     for name in eager:
