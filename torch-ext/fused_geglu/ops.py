@@ -135,11 +135,9 @@ def _backward_into(grad_out, gate, up, grad_gate, grad_up, approximate: str, out
     torch_fallback.backward_into(grad_out, gate, up, grad_gate, grad_up, approximate, out)
 
 
-def _new_output(like: torch.Tensor, shape=None) -> torch.Tensor:
-    """A contiguous tensor of ``like``'s dtype and device (of ``like``'s shape unless given)."""
-    if shape is None:
-        return torch.empty_like(like, memory_format=torch.contiguous_format)
-    return like.new_empty(shape)
+def _new_output(like: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor of ``like``'s shape, dtype and device."""
+    return torch.empty_like(like, memory_format=torch.contiguous_format)
 
 
 def _halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
