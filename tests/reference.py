@@ -163,3 +163,10 @@ LIGER_GRAD_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2}
 #: An MLP's gradients, which round where eager's round: no further from
 #: float64 than eager's (plus a few fp32 ulps: the GEMMs' order of accumulation).
 MLP_GRAD_ERROR_RATIO_TO_EAGER = 1.01
+
+
+def compile_fullgraph(fn, device):
+    """``torch.compile(fn, fullgraph=True)`` after a Dynamo reset: Inductor on a GPU, aot_eager on the CPU
+    (the tests trace through the ops there; Inductor's CPU code generation needs a C++ toolchain)."""
+    torch._dynamo.reset()
+    return torch.compile(fn, fullgraph=True, backend="aot_eager" if str(device) == "cpu" else "inductor")

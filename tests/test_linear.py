@@ -18,6 +18,7 @@ from reference import (
     APPROXIMATIONS,
     ERROR_RATIO_TO_EAGER,
     FORWARD_REL_TOL,
+    compile_fullgraph,
     eager_geglu_linear,
     geglu_linear64,
     linear_inputs,
@@ -216,8 +217,7 @@ def test_torch_compile_inference_has_no_graph_break(kernel, device):
     def forward(x):
         return mlp["down"](kernel.geglu_linear(x, mlp["gate"].weight, mlp["up"].weight))
 
-    torch._dynamo.reset()
-    compiled = torch.compile(forward, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    compiled = compile_fullgraph(forward, device)
     x = randn(2, 5, 16, dtype=torch.bfloat16, device=device)
     with torch.no_grad():
         assert rel_error(compiled(x), forward(x)) <= 1e-2

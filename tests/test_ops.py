@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 
-from reference import geglu64, randn, rel_error
+from reference import compile_fullgraph, geglu64, randn, rel_error
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +57,8 @@ def test_torch_compile_fullgraph_has_no_graph_break(kernel, device):
             gate, up = self.gate_up(x).chunk(2, dim=-1)
             return self.down(kernel.geglu(gate, up) + kernel.geglu_concat(self.gate_up(x), approximate="none"))
 
-    torch._dynamo.reset()
     model = TinyMLP().to(device)
-    compiled = torch.compile(model, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    compiled = compile_fullgraph(model, device)
     x = randn(2, 5, 16, device=device).requires_grad_()
     expected = model(x)
     got = compiled(x)
@@ -156,8 +155,7 @@ def test_activation_drop_ins_compile_fullgraph(kernel, device, name, approximate
         out = torch.empty(x.shape[:-1] + (x.shape[-1] // 2,), dtype=x.dtype, device=x.device)
         return getattr(kernel, name)(out, x) * 2
 
-    torch._dynamo.reset()
-    compiled = torch.compile(forward, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    compiled = compile_fullgraph(forward, device)
     x = randn(3, 2 * 24, device=device)
     assert rel_error(compiled(x), 2 * geglu64(x[:, :24], x[:, 24:], approximate)) <= 1e-6
     assert torch._dynamo.explain(forward)(x).graph_break_count == 0

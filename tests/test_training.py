@@ -18,6 +18,7 @@ from reference import (
     BACKWARD_FP32_ULPS,
     LIGER_GRAD_TOLERANCE,
     MLP_GRAD_ERROR_RATIO_TO_EAGER,
+    compile_fullgraph,
     randn,
     rel_error,
 )
@@ -161,8 +162,7 @@ def test_mixed_precision_training_under_autocast_matches_eager(kernel, device, c
     eager_y, eager = forward_and_backward(_copy(module))
     kernelized = _kernelized(kernel, _copy(module))
     if compiled:
-        torch._dynamo.reset()
-        kernelized = torch.compile(kernelized, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+        kernelized = compile_fullgraph(kernelized, device)
     ours_y, ours = forward_and_backward(kernelized)
     assert ours_y.dtype == eager_y.dtype == torch.bfloat16
     assert rel_error(ours_y, eager_y) <= 1e-2
@@ -232,8 +232,7 @@ def test_a_frozen_mlp_in_grad_mode_takes_the_inference_path(kernel, device, monk
 def test_training_path_under_torch_compile(kernel, device):
     module = _mlp(32, 72, dtype=torch.float32, device=device, bias=True)
     reference, ours = _copy(module), _kernelized(kernel, _copy(module))
-    torch._dynamo.reset()
-    compiled = torch.compile(ours, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    compiled = compile_fullgraph(ours, device)
     x = randn(2, 5, 32, device=device)
     grad_y = randn(2, 5, 32, device=device)
     expected, got = _grads(reference, x, grad_y), _grads(compiled, x, grad_y)
@@ -257,8 +256,7 @@ def test_kernelize_training_gemma3_mlp_gradients(build_dir, kernel, device, mode
     with use_kernel_mapping({"GeGLUMLP": {"cpu": repo, "cuda": repo}}, inherit_mapping=False):
         kernelize(model, mode=mode, device=device)
     if mode_name == "TRAINING_COMPILE":
-        torch._dynamo.reset()
-        model = torch.compile(model, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+        model = compile_fullgraph(model, device)
     x = randn(2, 3, 32, device=device)
     grad_y = randn(2, 3, 32, device=device)
     expected, got = _grads(reference, x, grad_y), _grads(model, x, grad_y)
