@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .implementations import EAGER
-from .model_grid import in_size_order
+from .model_grid import DECODE, PREFILL, TRAINING, in_size_order
 from .report import md_cell
 
 #: The MLP token counts the README table shows (GPU time): decode, and a long prefill.
@@ -110,7 +110,7 @@ def readme_table_markdown(results: dict) -> str:
             continue
         layers = record["config"]["layers_built"]
         layer_text = f"{layers} of {record['config']['layers']}" if layers < record["config"]["layers"] else str(layers)
-        prefill, decode, training = (_results(record, part) for part in ("prefill", "decode", "training"))
+        prefill, decode, training = (_results(record, part) for part in (PREFILL, DECODE, TRAINING))
         for name, label in results["implementations"].items():
             status = record.get("implementations", {}).get(name, {})
             skipped = _status_text(status)
@@ -128,7 +128,7 @@ def readme_table_markdown(results: dict) -> str:
                 f"{md_cell(_matches(results, size, name))} |"
             )
     notes = [f"{r['size']}: {r['per_layer_note']}" for r in results["models"] if r.get("per_layer_note")]
-    training_notes = {(r.get("training") or {}).get("note") for r in results["models"]} - {None}
+    training_notes = {(r.get(TRAINING) or {}).get("note") for r in results["models"]} - {None}
     lines += ["", *(f"- {note}" for note in [*notes, *sorted(training_notes)])]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -182,6 +182,41 @@ def differences_markdown(results: dict) -> str:
     if not differing:
         lines.append("Every implementation matched eager's logits, tokens and gradients within the tolerances.")
     return "\n".join(lines) + "\n"
+
+
+#: Each measured part's section in models.md: (part, title, columns as (key, title, digits)).
+PART_TABLES = (
+    (
+        PREFILL,
+        "Prefill",
+        (
+            ("device_ms", "GPU ms", 2),
+            ("wall_ms", "wall ms", 2),
+            ("device_ms_per_layer", "GPU ms per layer", 3),
+            ("first_call_s", "first call s", 2),
+        ),
+    ),
+    (
+        DECODE,
+        "Decode",
+        (
+            ("generate_tokens_per_s", "generate tok/s", 1),
+            ("static_loop_tokens_per_s", "static loop tok/s", 1),
+            ("static_step_wall_ms", "static step wall ms", 2),
+            ("static_step_device_ms", "static step GPU ms", 2),
+            ("static_step_device_ms_per_layer", "GPU ms per layer", 3),
+        ),
+    ),
+    (
+        TRAINING,
+        "Training step",
+        (
+            ("device_ms", "GPU ms", 1),
+            ("wall_ms", "wall ms", 1),
+            ("peak_bytes_above_weights", "peak GiB above weights", 2),
+        ),
+    ),
+)
 
 
 def _part_table(results: dict, record: dict, part: str, columns: tuple[tuple[str, str, int], ...]) -> list[str]:
@@ -260,44 +295,14 @@ def full_markdown(results: dict) -> str:
             lines += [record["per_layer_note"] + ".", ""]
         mlp = record.get("mlp") or {}
         lines += ["### MLP alone", "", mlp.get("method", ""), "", *_mlp_table(results, record)]
-        lines += ["### Prefill", "", (record.get("prefill") or {}).get("method", ""), ""]
-        lines += _part_table(
-            results,
-            record,
-            "prefill",
-            (
-                ("device_ms", "GPU ms", 2),
-                ("wall_ms", "wall ms", 2),
-                ("device_ms_per_layer", "GPU ms per layer", 3),
-                ("first_call_s", "first call s", 2),
-            ),
-        )
-        lines += ["### Decode", "", (record.get("decode") or {}).get("method", ""), ""]
-        lines += _part_table(
-            results,
-            record,
-            "decode",
-            (
-                ("generate_tokens_per_s", "generate tok/s", 1),
-                ("static_loop_tokens_per_s", "static loop tok/s", 1),
-                ("static_step_wall_ms", "static step wall ms", 2),
-                ("static_step_device_ms", "static step GPU ms", 2),
-                ("static_step_device_ms_per_layer", "GPU ms per layer", 3),
-            ),
-        )
-        training = record.get("training")
-        if training:
-            lines += ["### Training step", "", training.get("method", ""), "", f"Note: {training.get('note', '')}.", ""]
-            lines += _part_table(
-                results,
-                record,
-                "training",
-                (
-                    ("device_ms", "GPU ms", 1),
-                    ("wall_ms", "wall ms", 1),
-                    ("peak_bytes_above_weights", "peak GiB above weights", 2),
-                ),
-            )
+        for part, title, columns in PART_TABLES:
+            entry = record.get(part)
+            if part == TRAINING and not entry:  # only the sizes the plan trains
+                continue
+            lines += [f"### {title}", "", (entry or {}).get("method", ""), ""]
+            if part == TRAINING:
+                lines += [f"Note: {entry.get('note', '')}.", ""]
+            lines += _part_table(results, record, part, columns)
     lines += [f"Timer: {meta['timer']}.", ""]
     lines += [f"Note: {note}" for note in results["notes"]]
     lines += [f"## Failures ({len(results['failures'])})", ""]
