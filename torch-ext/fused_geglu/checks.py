@@ -54,18 +54,32 @@ def check_concat(x: torch.Tensor, approximate: str) -> None:
         )
 
 
-def _check_projection_operand(name: str, tensor, bias_shape, input_name: str, input) -> None:
-    """One weight (``bias_shape`` None) or bias of a projection, None skipped: a supported dtype, the
-    bias's shape, and the input's dtype and device."""
-    if tensor is None:
-        return
-    _check_tensor(name, tensor)
-    if bias_shape is not None and tensor.shape != bias_shape:
-        raise ValueError(f"{name} must have shape ({bias_shape[0]},), got {tuple(tensor.shape)}")
+def _check_weight_layout(name: str, weight, rows: str, cols: str, input_name: str, input) -> None:
+    """A projection weight in nn.Linear's layout: 2-D [rows, the input's last dimension], of a supported dtype."""
+    _check_tensor(name, weight)
+    if weight.dim() != 2 or weight.shape[1] != input.shape[-1]:
+        raise ValueError(
+            f"{name} must be [{rows}, {input.shape[-1]}] (nn.Linear's layout, {cols} = {input_name}'s last "
+            f"dimension), got {tuple(weight.shape)}"
+        )
+
+
+def _check_matches_input(name: str, tensor, input_name: str, input) -> None:
+    """A projection's weight or bias has its input's dtype and device."""
     if tensor.dtype != input.dtype:
         raise TypeError(f"{name} must have {input_name}'s dtype {input.dtype}, got {tensor.dtype}")
     if tensor.device != input.device:
         raise ValueError(f"{name} must be on {input_name}'s device {input.device}, got {tensor.device}")
+
+
+def _check_bias(name: str, bias, shape, input_name: str, input) -> None:
+    """A projection's bias, None skipped: a supported dtype, ``shape``, the input's dtype and device."""
+    if bias is None:
+        return
+    _check_tensor(name, bias)
+    if bias.shape != shape:
+        raise ValueError(f"{name} must have shape ({shape[0]},), got {tuple(bias.shape)}")
+    _check_matches_input(name, bias, input_name, input)
 
 
 def check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate: str) -> None:
@@ -77,22 +91,17 @@ def check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate: str
     check_approximate(approximate)
     if x.dim() == 0:
         raise ValueError("x must have at least one dimension: its last dimension is the projections' input")
-    _check_tensor("gate_weight", gate_weight)
-    if gate_weight.dim() != 2 or gate_weight.shape[1] != x.shape[-1]:
-        raise ValueError(
-            f"gate_weight must be [intermediate, {x.shape[-1]}] (nn.Linear's layout, hidden = x's last dimension), "
-            f"got {tuple(gate_weight.shape)}"
-        )
+    _check_weight_layout("gate_weight", gate_weight, "intermediate", "hidden", "x", x)
     _check_tensor("up_weight", up_weight)
     if up_weight.shape != gate_weight.shape:
         raise ValueError(
             f"up_weight must have gate_weight's shape {tuple(gate_weight.shape)}, got {tuple(up_weight.shape)}"
         )
+    _check_matches_input("gate_weight", gate_weight, "x", x)
+    _check_matches_input("up_weight", up_weight, "x", x)
     bias_shape = gate_weight.shape[:1]
-    _check_projection_operand("gate_weight", gate_weight, None, "x", x)
-    _check_projection_operand("up_weight", up_weight, None, "x", x)
-    _check_projection_operand("gate_bias", gate_bias, bias_shape, "x", x)
-    _check_projection_operand("up_bias", up_bias, bias_shape, "x", x)
+    _check_bias("gate_bias", gate_bias, bias_shape, "x", x)
+    _check_bias("up_bias", up_bias, bias_shape, "x", x)
 
 
 def check_fused_gate_up(gate_up_weight, gate_up_bias) -> None:
@@ -118,14 +127,9 @@ def check_down_proj(gate, up, down_weight, down_bias, approximate: str) -> None:
     check_gate_up(gate, up, approximate)
     if gate.dim() == 0:
         raise ValueError("gate must have at least one dimension: its last dimension is down_proj's input")
-    _check_tensor("down_weight", down_weight)
-    if down_weight.dim() != 2 or down_weight.shape[1] != gate.shape[-1]:
-        raise ValueError(
-            f"down_weight must be [hidden, {gate.shape[-1]}] (nn.Linear's layout, intermediate = gate's last "
-            f"dimension), got {tuple(down_weight.shape)}"
-        )
-    _check_projection_operand("down_weight", down_weight, None, "gate", gate)
-    _check_projection_operand("down_bias", down_bias, down_weight.shape[:1], "gate", gate)
+    _check_weight_layout("down_weight", down_weight, "hidden", "intermediate", "gate", gate)
+    _check_matches_input("down_weight", down_weight, "gate", gate)
+    _check_bias("down_bias", down_bias, down_weight.shape[:1], "gate", gate)
 
 
 def concat_output_shape(x: torch.Tensor) -> torch.Size:
