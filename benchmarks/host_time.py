@@ -210,15 +210,13 @@ def main() -> None:
         for name, us in results["launch_us"].items():
             print(f"{name:52s} {us:7.2f} us/call")
         for model in (GEMMA3_1B, GEMMA3_4B):
-            row = fastest_rounds(mlp_cases(kernel, model, 1, baseline))
-            row["ratio kernelized/eager"] = row["kernelized, direct launch"] / row["eager"]
-            row["meets target"] = row["ratio kernelized/eager"] <= TARGET_RATIO
-            results["mlp_decode_us"][model.name] = row
-            print(f"MLP {model.name} 1 token: " + ", ".join(f"{name} {us:.3g}" for name, us in row.items()))
-            row = fastest_rounds(mlp_cases(kernel, model, UNFUSED_TOKENS, baseline))
-            row["ratio kernelized/eager"] = row["kernelized, direct launch"] / row["eager"]
-            results["mlp_unfused_us"][model.name] = row
-            print(f"MLP {model.name} {UNFUSED_TOKENS} tokens: " + ", ".join(f"{name} {us:.3g}" for name, us in row.items()))
+            for key, tokens in (("mlp_decode_us", 1), ("mlp_unfused_us", UNFUSED_TOKENS)):
+                row = fastest_rounds(mlp_cases(kernel, model, tokens, baseline))
+                row["ratio kernelized/eager"] = row["kernelized, direct launch"] / row["eager"]
+                if key == "mlp_decode_us":  # issue 15's host-time target is the decode one
+                    row["meets target"] = row["ratio kernelized/eager"] <= TARGET_RATIO
+                results[key][model.name] = row
+                print(f"MLP {model.name} x{tokens} tokens: " + ", ".join(f"{name} {us:.3g}" for name, us in row.items()))
         results["decode_stages_us"] = fastest_rounds(stage_cases(kernel, GEMMA3_1B))
         for name, us in results["decode_stages_us"].items():
             print(f"stage (Gemma3 1B, 1 token) {name:60s} {us:7.2f} us/call")
