@@ -72,6 +72,22 @@ def test_geglu_mlp_follows_the_module_activation(kernel, make_act, expected, bia
         assert rel_error(ours, theirs) <= 1e-5
 
 
+@pytest.mark.parametrize("hook", ["forward", "backward"])
+@pytest.mark.parametrize("projection", ["gate_proj", "up_proj", "down_proj"])
+def test_hooks_on_a_projection_run_as_in_the_original_forward(kernel, projection, hook):
+    """A projection with a forward or backward hook is called, not read: the hook runs once, the result unchanged."""
+    module = GeGLUMLPModule(nn.GELU(approximate="tanh"))
+    x = randn(3, 16).requires_grad_()
+    reference = module(x)
+    calls = []
+    register = getattr(getattr(module, projection), "register_full_backward_hook" if hook == "backward" else "register_forward_hook")
+    register(lambda *_: calls.append(1))
+    out = _with_kernel_forward(module, kernel.layers.GeGLUMLP)(x)
+    assert rel_error(out, reference) <= 1e-5
+    out.sum().backward()
+    assert calls == [1]
+
+
 @pytest.mark.parametrize(
     "make_act", [nn.SiLU, nn.ReLU, transformers_activations.QuickGELUActivation, transformers_activations.AccurateGELUActivation]
 )

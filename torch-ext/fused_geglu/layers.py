@@ -13,6 +13,7 @@ from typing import Optional
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from .functional import geglu, geglu_concat, geglu_down_proj, geglu_linear, needs_gradient
 
@@ -95,12 +96,15 @@ def is_plain_linear(module: nn.Module) -> bool:
 
     Only then may its weight be read directly: a subclass (quantized, LoRA)
     or a forward hook (tensor parallelism, offloading) changes what the call
-    computes, and a tensor subclass weight (DTensor) is not a plain matrix.
+    computes, a backward hook must see the call's gradients, and a tensor
+    subclass weight (DTensor) is not a plain matrix.
     """
     return (
         type(module) is nn.Linear
         and not module._forward_hooks
         and not module._forward_pre_hooks
+        and not module._backward_hooks
+        and not module._backward_pre_hooks
         and type(module._parameters["weight"]) in (nn.Parameter, torch.Tensor)
     )
 
@@ -135,10 +139,11 @@ class GeGLUMLP(nn.Module):
         gate_proj, up_proj = _submodule(self, "gate_proj"), _submodule(self, "up_proj")
         down_proj = _submodule(self, "down_proj")
         plain_projections = is_plain_linear(gate_proj) and is_plain_linear(up_proj)
+        plain_down_proj = is_plain_linear(down_proj)
         # The projections called as modules cast for autocast themselves; those read directly are cast here.
         cast_to = autocast_dtype(x)
         # A plain nn.Linear's parameters are read from its _parameters (see _submodule).
-        if torch.is_grad_enabled() and is_plain_linear(down_proj):
+        if plain_down_proj and torch.is_grad_enabled():
             # Training: a gradient to compute. Projections that are not plain may hold trainable
             # parameters of their own (LoRA), so for them grad mode alone decides.
             linears = (gate_proj, up_proj, down_proj)
@@ -159,6 +164,9 @@ class GeGLUMLP(nn.Module):
             hidden = geglu_linear(*operands, approximate=approximate)
         else:
             hidden = geglu(gate_proj(x), up_proj(x), approximate=approximate)
+        if plain_down_proj:  # what calling it computes, without nn.Module's call machinery (autocast casts in F.linear)
+            down = down_proj._parameters
+            return F.linear(hidden, down["weight"], down["bias"])
         return down_proj(hidden)
 
 
