@@ -62,7 +62,7 @@ def autocast_dtype(x: torch.Tensor) -> Optional[torch.dtype]:
     """
     if x.is_meta:  # autocast has no state for the meta device
         return None
-    device_type = x.device.type
+    device_type = "cuda" if x.is_cuda else x.device.type  # (ROCm tensors are "cuda" too) without a torch.device object
     return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
 
 
