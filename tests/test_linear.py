@@ -86,6 +86,70 @@ def test_every_launch_table_config_is_correct(kernel, device, dtype):
         _assert_matches_eager_error(out, operands, "tanh")
 
 
+def _arrival_counters_are_zero(gemm) -> bool:
+    return all(int(counters.count_nonzero()) == 0 for _, counters in gemm._split_scratch.values())
+
+
+#: K = 10 steps of BLOCK_K 64 (the last partial): 2, 3 and 4 splits of 5/5, 4/4/2 and 3/3/3/1 steps;
+#: K = 9 steps: 4 splits of 3/3/3/0, the last with nothing to add.
+SPLIT_K_PROBLEMS = [(5, 586, 70), (19, 586, 70), (5, 517, 40)]  # (tokens, hidden, intermediate)
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("split_k", [2, 3, 4])
+@pytest.mark.parametrize("tokens, hidden, intermediate", SPLIT_K_PROBLEMS, ids=str)
+def test_split_k_matches_eager_and_repeats_bit_for_bit(kernel, device, tokens, hidden, intermediate, split_k):
+    """Each tile's K loop over several programs: eager's accuracy, the same bits every launch, counters back at zero."""
+    gemm = kernel.triton_gemm_kernels
+    config = kernel.device_tables.GemmConfig(16, 32, 64, group_m=1, num_warps=4, num_stages=3, max_split_k=4)
+    operands = linear_inputs((tokens,), hidden, intermediate, dtype=torch.bfloat16, device=device, bias=True)
+    outs = []
+    for _ in range(2):
+        out = torch.full((tokens, intermediate), float("nan"), dtype=torch.bfloat16, device=device)
+        gemm.launch_geglu_linear(*operands, out, "tanh", config, split_k=split_k)
+        outs.append(out)
+    _assert_matches_eager_error(outs[0], operands, "tanh")
+    assert torch.equal(outs[0], outs[1])
+    assert _arrival_counters_are_zero(gemm)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and streams need a GPU")
+def test_split_k_in_cuda_graphs_and_on_two_streams(kernel):
+    """Split launches captured in a CUDA graph and replayed, and launched on two streams at once, give eager launches' bits."""
+    gemm, device = kernel.triton_gemm_kernels, "cuda"
+    config = kernel.device_tables.GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=3, max_split_k=4)
+    operands = linear_inputs((1,), 2560, 10240, dtype=torch.bfloat16, device=device)
+    x, weights = operands[0], operands[1:]
+
+    def launch(x_in, split_k=3):
+        out = torch.empty(1, 10240, dtype=torch.bfloat16, device=device)
+        gemm.launch_geglu_linear(x_in, *weights, out, "tanh", config, split_k=split_k)
+        return out
+
+    expected = launch(x)
+    _assert_matches_eager_error(expected, operands, "tanh")
+    static_x, graphs, static_outs = x.clone(), [torch.cuda.CUDAGraph() for _ in range(2)], []
+    for graph in graphs:  # two graphs captured on the same (default capture) stream
+        with torch.cuda.graph(graph):
+            static_outs.append(launch(static_x))
+    for _ in range(3):
+        for graph in graphs:
+            graph.replay()
+        assert torch.equal(static_outs[0], expected) and torch.equal(static_outs[1], expected)
+    other_x = torch.randn_like(x)
+    other_expected = launch(other_x)
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    for _ in range(20):
+        results = []
+        for stream, x_in in zip(streams, (x, other_x)):
+            with torch.cuda.stream(stream):
+                results.append(launch(x_in))
+        torch.cuda.synchronize()
+        assert torch.equal(results[0], expected) and torch.equal(results[1], other_expected)
+    assert _arrival_counters_are_zero(gemm)
+
+
 @pytest.mark.parametrize(
     "make_bias",
     [lambda b: torch.stack([b, -b], dim=1)[:, 0], lambda b: b[:1].expand(b.shape[0]), lambda b: b.flip(0).flip(0)],
