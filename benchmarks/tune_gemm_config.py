@@ -50,17 +50,6 @@ ROUNDS = 3
 MAX_REL_ERROR = 2e-2
 
 
-#: Decode configurations swept with ``--split-k``: the largest table's, the ~100 KB class's and the
-#: 64 KB class's decode tiles, and deeper or narrower neighbours of them.
-SPLIT_K_CONFIGS = ((64, 5), (64, 3), (32, 3), (32, 4), (32, 5))  # (BLOCK_N, stages); BLOCK_M 16, BLOCK_K 128
-
-
-def split_k_candidates(gemm, split_ks: list[int]) -> list:
-    """(config, programs per tile) of the decode split-K sweep."""
-    configs = [gemm.GemmConfig(16, n, 128, 1, 4, stages, max_split_k=max(split_ks)) for n, stages in SPLIT_K_CONFIGS]
-    return list(itertools.product(configs, split_ks))
-
-
 def candidates(gemm, tokens: int) -> list:
     """The configurations tried for this token count's class."""
     config = gemm.GemmConfig
@@ -89,14 +78,6 @@ def compiled_resources(gemm, config) -> dict:
     return {}
 
 
-def table_split_k(gemm, x, weight, config) -> int:
-    """Programs per tile the launcher gives the table's configuration on this problem."""
-    n_tokens, n_out, n_in = x.shape[0], weight.shape[0], x.shape[1]
-    tiles = triton.cdiv(n_tokens, config.block_m) * triton.cdiv(n_out, config.block_n)
-    device = gemm.describe_device(x.get_device())
-    return gemm.choose_split_k(tiles, triton.cdiv(n_in, config.block_k), config, device)
-
-
 def median_ms(fn) -> float:
     return do_bench(fn, warmup=10, rep=60, return_mode="median")
 
@@ -110,13 +91,6 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", help="model names of grid.GEMMA_MLPS (default: all)")
     parser.add_argument(
         "--sweep", type=int, nargs="*", default=TOKENS, help="token counts whose candidates are swept (default: all)"
-    )
-    parser.add_argument(
-        "--split-k",
-        type=int,
-        nargs="*",
-        default=[],
-        help="at 1-16 tokens, sweep SPLIT_K_CONFIGS split over each of these many programs per tile instead",
     )
     args = parser.parse_args()
 
@@ -170,8 +144,8 @@ def main() -> None:
         def cublas_and_ours():
             return kernel.geglu(x @ w_gate.T, x @ w_up.T, approximate=approximate)
 
-        def fused_with(config, split_k=None):
-            return lambda: gemm.launch_geglu_linear(x, w_gate, w_up, None, None, out, approximate, config, split_k)
+        def fused_with(config):
+            return lambda: gemm.launch_geglu_linear(x, w_gate, w_up, None, None, out, approximate, config)
 
         reference = eager().float()
         tables = kernel.device_tables
@@ -179,22 +153,15 @@ def main() -> None:
         cell = {"model": model.name, "hidden": hidden, "intermediate": intermediate, "tokens": tokens}
         cell["floor_us"] = floor_s * 1e6
         cell["table_config"] = table.__dict__
-        cell["table_split_k"] = table_split_k(gemm, x, w_gate, table)
         cell["configs"] = []
-        if tokens not in args.sweep:
-            swept = [(table, None)]
-        elif args.split_k and tokens <= 16:
-            swept = split_k_candidates(gemm, args.split_k)
-        else:
-            swept = [(config, None) for config in candidates(gemm, tokens)]
-        for config, split_k in swept:
-            entry = {"config": config.__dict__, "split_k": split_k}
+        for config in candidates(gemm, tokens) if tokens in args.sweep else [table]:
+            entry = {"config": config.__dict__}
             try:
                 out.fill_(float("nan"))
-                fused_with(config, split_k)()
+                fused_with(config)()
                 torch.cuda.synchronize()
                 entry["rel_error_vs_eager"] = ((out.float() - reference).norm() / reference.norm()).item()
-                entry["us"] = median_ms(fused_with(config, split_k)) * 1e3
+                entry["us"] = median_ms(fused_with(config)) * 1e3
                 entry.update(compiled_resources(gemm, config))
             except Exception as err:  # out of shared memory or registers: record and go on
                 entry["error"] = f"{type(err).__name__}: {str(err)[:200]}"
@@ -204,7 +171,7 @@ def main() -> None:
         cell["best"] = best
         side_by_side = {"eager": (eager, None), "cublas+ours": (cublas_and_ours, None), "table": (fused_with(table), None)}
         if best:
-            side_by_side["best"] = (fused_with(gemm.GemmConfig(**best["config"]), best["split_k"]), None)
+            side_by_side["best"] = (fused_with(gemm.GemmConfig(**best["config"])), None)
         timings = timer.timings_interleaved(side_by_side, rounds=ROUNDS)
         cell["side_by_side_us"] = {name: timing.median_s * 1e6 for name, timing in timings.items()}
         us = cell["side_by_side_us"]
@@ -214,8 +181,8 @@ def main() -> None:
             f"({100 * cell['floor_us'] / us['table']:4.0f}% of floor, "
             f"{100 * (cell['floor_us'] + fixed_s * 1e6) / us['table']:4.0f}% of floor + fixed cost, "
             f"{us['cublas+ours'] / us['table']:.2f}x "
-            f"cublas+ours, {us['eager'] / us['table']:.2f}x eager, split {cell['table_split_k']}) "
-            f"best {us.get('best', float('nan')):8.1f} {best['config'] if best else None} split {best and best['split_k']}",
+            f"cublas+ours, {us['eager'] / us['table']:.2f}x eager) best {us.get('best', float('nan')):8.1f} "
+            f"{best['config'] if best else None}",
             flush=True,
         )
         cells.append(cell)

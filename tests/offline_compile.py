@@ -81,8 +81,6 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 GELU_FORMS = ("tanh", "none")
 #: Sizes and strides of the typical problem: divisible by 16, within int32.
 TYPICAL_INT = 4096
-#: The fused GEMM's split-K scratch pointers, in the dtypes its launcher passes (the others: the problem's dtype).
-SCRATCH_TENSORS = {"partials_ptr": torch.empty(64, dtype=torch.float32), "arrivals_ptr": torch.empty(64, dtype=torch.int32)}
 
 
 def traits(kernel, target: Target):
@@ -97,8 +95,7 @@ def gemm_jobs(kernel, target: Target, every: bool):
     position = [t.name for t in TARGETS].index(target.name)
     for j, (most_tokens, config) in enumerate(table or ()):
         chosen = combos if every else [combos[(position + 3 * j) % len(combos)]]
-        # Unsplit, and split where the configuration allows it (every split count compiles the same code).
-        for split_k, (dtype, gelu, int64) in itertools.product(sorted({1, min(2, config.max_split_k)}), chosen):
+        for dtype, gelu, int64 in chosen:
             constexprs = dict(
                 APPROXIMATE_TANH=gelu == "tanh",
                 HAS_GATE_BIAS=True,
@@ -107,7 +104,6 @@ def gemm_jobs(kernel, target: Target, every: bool):
                 BLOCK_N=config.block_n,
                 BLOCK_K=config.block_k,
                 GROUP_M=config.group_m,
-                SPLIT_K=split_k,
                 INT64_OFFSETS=int64,
                 INTERPRETED=False,
             )
@@ -177,7 +173,7 @@ def compile_job(job) -> dict:
         if param.is_constexpr:
             signature[param.name] = "constexpr"
             continue
-        arg = SCRATCH_TENSORS.get(param.name, tensor) if param.name.endswith("_ptr") else TYPICAL_INT
+        arg = tensor if param.name.endswith("_ptr") else TYPICAL_INT
         kind, attr = native_specialize_impl(
             backend, arg, param.is_const, not param.do_not_specialize, not param.do_not_specialize_on_alignment
         )
@@ -192,7 +188,6 @@ def compile_job(job) -> dict:
         "gelu": "tanh" if constexprs["APPROXIMATE_TANH"] else "none",
         "int64_offsets": constexprs["INT64_OFFSETS"],
         "config": config,
-        "split_k": constexprs.get("SPLIT_K"),  # GEMM: programs per tile
         "most_tokens": most_tokens,  # GEMM: the token class the configuration serves (None: open-ended)
         "num_warps": options["num_warps"],
         "shared_bytes": compiled.metadata.shared,

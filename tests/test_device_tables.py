@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import types
 
 import pytest
 import torch
 
 from offline_compile import TARGETS
-
-from geglu_triton.benchmarking.grid import GEMMA_MLPS
 
 #: Published figures (shared/REFERENCE.md) of devices users run: shared memory per block, SMs, warp size.
 DEVICES = {
@@ -45,40 +42,9 @@ def test_the_h200_keeps_its_tuned_table_and_smaller_devices_get_smaller_stages(k
     h200 = _traits(tables, "cuda", *DEVICES["H200 (sm_90)"])
     a10g = _traits(tables, "cuda", *DEVICES["A10G (sm_86)"])
     mi300 = _traits(tables, "hip", *DEVICES["MI300X (gfx942)"])
-    assert tables.gemm_config(1, h200) == tables.GemmConfig(16, 64, 128, 1, 4, 5, max_split_k=8)
+    assert tables.gemm_config(1, h200) == tables.GemmConfig(16, 64, 128, 1, 4, 5)
     assert tables.gemm_config(1, a10g).num_stages < 5
     assert tables.gemm_config(1, mi300).block_n < 64
-
-
-def _predicted_steps(tables, tiles: int, k_steps: int, split_k: int, multiprocessors: int) -> int:
-    """Waves x (BLOCK_K steps per program + ramp): the busiest SM's time in steps, as device_tables models it."""
-    waves = math.ceil(tiles * split_k / multiprocessors)
-    return waves * (math.ceil(k_steps / split_k) + tables.SPLIT_K_RAMP_STEPS)
-
-
-@pytest.mark.parametrize("name", DEVICES)
-def test_split_k_is_the_fastest_the_model_predicts_within_its_limit(kernel, name):
-    """Every Gemma MLP at decode on every device: no split count up to the limit is predicted faster, none smaller as fast."""
-    tables = kernel.device_tables
-    traits = _traits(tables, "cuda", *DEVICES[name])
-    config = tables.gemm_config(1, traits)
-    for mlp in GEMMA_MLPS:
-        tiles, k_steps = math.ceil(mlp.intermediate / config.block_n), math.ceil(mlp.hidden / config.block_k)
-        split_k = tables.choose_split_k(tiles, k_steps, config, traits)
-        assert 1 <= split_k <= config.max_split_k
-        steps = [_predicted_steps(tables, tiles, k_steps, s, traits.multiprocessors) for s in range(1, 1 + config.max_split_k)]
-        assert steps[split_k - 1] == min(steps) and min(steps) not in steps[: split_k - 1], (mlp, steps)
-
-
-def test_split_k_on_the_h200_for_the_gemma3_4b_mlp(kernel):
-    """160 tiles of 20 K steps on 132 SMs: 2 waves of 20 steps unsplit; split, more waves of fewer steps."""
-    tables = kernel.device_tables
-    h200 = _traits(tables, "cuda", *DEVICES["H200 (sm_90)"])
-    config = tables.gemm_config(1, h200)
-    assert tables.choose_split_k(160, 20, config, h200) > 1
-    assert tables.choose_split_k(160, 20, tables.GemmConfig(16, 64, 128, 1, 4, 5), h200) == 1  # max_split_k 1
-    assert tables.choose_split_k(tables.MAX_SPLIT_TILES + 1, 20, config, h200) == 1
-    assert tables.choose_split_k(132, 20, config, h200) == 1  # one whole wave already
 
 
 def test_a_device_below_every_class_runs_projections_unfused(kernel, monkeypatch):

@@ -68,8 +68,6 @@ def test_every_table_configuration_is_compiled(kernel, compiled, target):
     assert table is not None, f"no fused-GEMM table for {target.name}"
     gemm = {r["config"] for r in results if r["kernel"] == "geglu_linear_kernel"}
     assert gemm == {repr(config) for _, config in table}
-    split = {r["config"] for r in results if r["kernel"] == "geglu_linear_kernel" and r["split_k"] > 1}
-    assert split == {repr(config) for _, config in table if config.max_split_k > 1}
     if EVERY_COMBINATION or FULL_ELEMENTWISE_TARGET[target.warp_size] == target.name:
         backward = {r["config"] for r in results if r["kernel"] == "geglu_backward_kernel"}
         expected = set()

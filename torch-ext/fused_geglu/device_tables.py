@@ -33,7 +33,6 @@ wavefronts on AMD CDNA). These kernels use no shared memory.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -86,7 +85,6 @@ class GemmConfig:
     group_m: int
     num_warps: int
     num_stages: int
-    max_split_k: int = 1  # the most programs one tile's K loop may be split over (choose_split_k)
 
 
 #: A launch table: (most tokens of the class, config), the last class open-ended (None).
@@ -109,7 +107,7 @@ GEMM_TABLES: tuple[tuple[int, TokenClasses], ...] = (
             # 144 KB. Checked on all nine Gemma MLPs (2026-12-03-h200-sweep-all): 1.044x each cell's
             # best over the 27 cells of 1-16 tokens, where 3 stages (72 KB) give 1.028x, but at one
             # token, batch-1 decode, 5 stages are 3-10% faster on the 7B, 9B, 12B and 27B MLPs.
-            (16, GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=5, max_split_k=8)),
+            (16, GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=5)),
             (64, GemmConfig(64, 64, 64, group_m=8, num_warps=4, num_stages=3)),  # 72 KB, 79.9 us: best
             (None, GemmConfig(128, 128, 64, group_m=8, num_warps=8, num_stages=3)),  # 144 KB, 990 us: best
         ),
@@ -118,7 +116,7 @@ GEMM_TABLES: tuple[tuple[int, TokenClasses], ...] = (
     (
         101_376,
         (
-            (16, GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=3, max_split_k=8)),  # 72 KB, 77.4 us (best 77.3)
+            (16, GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=3)),  # 72 KB, 77.4 us (best 77.3)
             (64, GemmConfig(64, 64, 64, group_m=8, num_warps=4, num_stages=3)),  # 48 KB, 79.9 us: best
             # 72 KB, 1087 us; the best (990 us) spills registers on sm_86/sm_120 and leaves no headroom.
             (None, GemmConfig(128, 128, 32, group_m=8, num_warps=8, num_stages=4)),
@@ -128,7 +126,7 @@ GEMM_TABLES: tuple[tuple[int, TokenClasses], ...] = (
     (
         65_536,
         (
-            (16, GemmConfig(16, 32, 128, group_m=1, num_warps=4, num_stages=3, max_split_k=8)),  # 40 KB, 82.5 us (best 77.3)
+            (16, GemmConfig(16, 32, 128, group_m=1, num_warps=4, num_stages=3)),  # 40 KB, 82.5 us (best 77.3)
             (64, GemmConfig(64, 64, 64, group_m=8, num_warps=4, num_stages=3)),  # 48 KB, 79.9 us: best
             (None, GemmConfig(128, 128, 32, group_m=8, num_warps=8, num_stages=3)),  # 48 KB, 1177 us (best 990)
         ),
@@ -139,33 +137,6 @@ GEMM_TABLES: tuple[tuple[int, TokenClasses], ...] = (
 #: cuBLAS GEMMs and the activation kernel are faster (H200, every Gemma size:
 #: docs/PERFORMANCE.md, v10).
 FUSED_MAX_TOKENS = 64
-
-
-#: Split-K. At a few tokens the fused GEMM streams the weights. Its decode
-#: tile runs one program per SM at a time (their shared memory), and each SM
-#: moves its programs' bytes at about its share of the bandwidth, so a grid
-#: of T tiles of S steps (BLOCK_K each) takes ceil(T / SMs) waves of S steps
-#: plus each program's pipeline ramp: 160 tiles of the Gemma3 4B MLP on 132
-#: SMs run in 2 waves, the second with 28 SMs busy. Splitting each tile's K
-#: loop over s programs (their fp32 sums added by the tile's last program,
-#: in a fixed order) gives ceil(s T / SMs) waves of ceil(S / s) steps:
-#: ``choose_split_k`` takes the s (up to the configuration's ``max_split_k``)
-#: that minimizes waves x (steps + SPLIT_K_RAMP_STEPS), the smallest on ties.
-SPLIT_K_RAMP_STEPS = 2
-#: Most tiles a split launch may have: the size of each stream's arrival counters (triton_gemm_kernels).
-MAX_SPLIT_TILES = 8192
-
-
-@functools.lru_cache(maxsize=1024)
-def choose_split_k(tiles: int, k_steps: int, config: GemmConfig, device: DeviceTraits) -> int:
-    """Programs per tile for a grid of ``tiles`` tiles of ``k_steps`` BLOCK_K steps each (see SPLIT_K_RAMP_STEPS)."""
-    if tiles > MAX_SPLIT_TILES:
-        return 1
-
-    def predicted_steps(split: int) -> int:
-        return math.ceil(tiles * split / device.multiprocessors) * (math.ceil(k_steps / split) + SPLIT_K_RAMP_STEPS)
-
-    return min(range(1, config.max_split_k + 1), key=predicted_steps)
 
 
 def gemm_table(device: DeviceTraits) -> Optional[TokenClasses]:
