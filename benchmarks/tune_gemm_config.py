@@ -10,8 +10,9 @@ before every repetition; every weight matrix here is larger than the L2):
 - ``fused``: the fused kernel under every candidate configuration of the
   token count's class (each checked against eager's output first), timed
   one after another to pick the best;
-- then eager, cublas+ours, the best configuration and the launch table's own
-  (``table``) once more, in alternating rounds (``Timer.timings_interleaved``)
+- then eager, cublas+ours, the best configuration, the launch table's own
+  (``table``) and ``read-once`` (one kernel that only reads the weights' bytes:
+  a sum over both, stacked) once more, in alternating rounds (``Timer.timings_interleaved``)
   so that their ratios do not inherit drift between them. Those are the
   figures printed.
 
@@ -169,7 +170,15 @@ def main() -> None:
         timed = [c for c in cell["configs"] if "us" in c and c["rel_error_vs_eager"] < MAX_REL_ERROR]
         best = min(timed, key=lambda c: c["us"]) if timed else None
         cell["best"] = best
-        side_by_side = {"eager": (eager, None), "cublas+ours": (cublas_and_ours, None), "table": (fused_with(table), None)}
+        # What one kernel that only reads the same bytes takes (a sum over both weights, stacked):
+        # the floor a single launch can reach, against the copy-rate floor above (PERFORMANCE v12).
+        stacked_weights = torch.cat([w_gate, w_up])
+        side_by_side = {
+            "eager": (eager, None),
+            "cublas+ours": (cublas_and_ours, None),
+            "table": (fused_with(table), None),
+            "read-once": (lambda: stacked_weights.sum(dtype=torch.float32), None),
+        }
         if best:
             side_by_side["best"] = (fused_with(gemm.GemmConfig(**best["config"])), None)
         timings = timer.timings_interleaved(side_by_side, rounds=ROUNDS)
@@ -180,6 +189,7 @@ def main() -> None:
             f"cublas+ours {us['cublas+ours']:8.1f} table {us['table']:8.1f} "
             f"({100 * cell['floor_us'] / us['table']:4.0f}% of floor, "
             f"{100 * (cell['floor_us'] + fixed_s * 1e6) / us['table']:4.0f}% of floor + fixed cost, "
+            f"{100 * us['read-once'] / us['table']:4.0f}% of one read-only kernel's {us['read-once']:.1f} us, "
             f"{us['cublas+ours'] / us['table']:.2f}x "
             f"cublas+ours, {us['eager'] / us['table']:.2f}x eager) best {us.get('best', float('nan')):8.1f} "
             f"{best['config'] if best else None}",
@@ -187,7 +197,7 @@ def main() -> None:
         )
         cells.append(cell)
         args.out.write_text(json.dumps(result, indent=1))  # after every cell: a run cut short keeps what it measured
-        del x, w_gate, w_up, out, reference
+        del x, w_gate, w_up, out, reference, stacked_weights
         torch.cuda.empty_cache()
 
 
