@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .implementations import EAGER
 from .model_grid import DECODE, PREFILL, TRAINING, in_size_order
-from .report import md_cell
+from .report import md_cell, versions_text
 
 #: The MLP token counts the README table shows (GPU time): decode, and a long prefill.
 README_MLP_TOKENS = (1, 16, 4096)
@@ -269,7 +269,7 @@ def _mlp_table(results: dict, record: dict) -> list[str]:
 
 def full_markdown(results: dict) -> str:
     meta = results["meta"]
-    versions = ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v)
+    versions = versions_text(meta["versions"])
     lines = [
         f"# fused-geglu on whole Gemma3 models, {meta['device_name']}",
         "",

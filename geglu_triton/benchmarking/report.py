@@ -161,9 +161,14 @@ def _headline_rows(results: dict) -> list[str]:
     return rows
 
 
+def versions_text(versions: dict) -> str:
+    """A results file's versions as the reports print them: "torch 2.11.0, triton 3.6.0, ..." (installed ones only)."""
+    return ", ".join(f"{name} {version}" for name, version in versions.items() if version)
+
+
 def headline_markdown(results: dict) -> str:
     meta, ceilings = results["meta"], results["ceilings"]
-    versions = ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v)
+    versions = versions_text(meta["versions"])
     lines = [
         f"# fused-geglu benchmark on {meta['device_name']}",
         "",
