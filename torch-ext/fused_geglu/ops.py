@@ -179,6 +179,11 @@ def geglu_concat_backward_impl(grad_out, x, approximate: str) -> torch.Tensor:
     return grad_x
 
 
+def _unit_stride(bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """A bias as the fused GEMM reads it, a unit-stride vector: copied where it is not (tiny next to the weights)."""
+    return bias if bias is None or bias.stride(0) == 1 else bias.contiguous()
+
+
 def _fused_linear_operand(x: torch.Tensor) -> Optional[torch.Tensor]:
     """x as the fused GEMM reads it (see launch_geglu_linear): as it is when contiguous, else its row view or None."""
     return x if x.is_contiguous() else _row_view(x)
@@ -217,14 +222,10 @@ def geglu_linear_impl(
     )
     fused_x = None if config is None else _fused_linear_operand(x)
     if fused_x is not None:
-        # The kernel reads a bias as a unit-stride vector: copy one that is not (it is tiny next to the weights).
-        if gate_bias is not None and gate_bias.stride(0) != 1:
-            gate_bias = gate_bias.contiguous()
-        if up_bias is not None and up_bias.stride(0) != 1:
-            up_bias = up_bias.contiguous()
         try:
             triton_gemm_kernels.launch_geglu_linear(
-                fused_x, gate_weight, up_weight, gate_bias, up_bias, out, approximate, config
+                fused_x, gate_weight, up_weight, _unit_stride(gate_bias), _unit_stride(up_bias), out, approximate,
+                config,
             )
             return out
         except KernelUnavailable as error:
