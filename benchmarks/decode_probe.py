@@ -5,7 +5,10 @@ tokens/s while its MLP alone costs less host time than eager's. This probe
 runs the static-cache decode loop of ``bench --models`` on the same model,
 alternating which implementation goes first in a round, with the garbage
 collector on and paused, and counts collections, to tell an effect of the
-layer from one of the measurement.
+layer from one of the measurement. Beside each round's tokens/s it records
+the main thread's CPU time per new token (``time.thread_time`` around the
+whole call, the prompt's prefill included): the host's own work, which other processes on a shared host do not inflate as they do wall
+time (decode is host-bound, so that work is what a token costs).
 
     python benchmarks/decode_probe.py --kernel-dir build --out decode_probe.json
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 import gc
 import json
 import statistics
+import time
 
 import torch
 
@@ -23,7 +27,7 @@ from geglu_triton.benchmarking.model_probes import eager_and_ours, probe_parser
 from geglu_triton.benchmarking.model_workloads import static_decode
 from geglu_triton.benchmarking.timing import garbage_collector_paused
 
-ROUNDS = 4
+ROUNDS = 10
 NEW_TOKENS = 32
 
 
@@ -33,6 +37,7 @@ def main() -> None:
     model, forwards, device = eager_and_ours(args)
     prompt = torch.randint(model.config.vocab_size, (1, 32), device=device)
     samples = {f"{name}, gc {mode}": [] for name in forwards.available for mode in ("on", "paused")}
+    cpu_ms_per_token = {key: [] for key in samples}
     collections = dict.fromkeys(samples, 0)
     with torch.no_grad():
         for name in forwards.available:
@@ -44,12 +49,14 @@ def main() -> None:
                 for name in order:
                     forwards.use(name)
                     before = sum(stat["collections"] for stat in gc.get_stats())
+                    cpu_start = time.thread_time()
                     if mode == "paused":
                         with garbage_collector_paused():
                             seconds = static_decode(model, prompt, NEW_TOKENS, device)[1]
                     else:
                         seconds = static_decode(model, prompt, NEW_TOKENS, device)[1]
                     key = f"{name}, gc {mode}"
+                    cpu_ms_per_token[key].append((time.thread_time() - cpu_start) / NEW_TOKENS * 1e3)
                     collections[key] += sum(stat["collections"] for stat in gc.get_stats()) - before
                     samples[key].append(NEW_TOKENS / seconds)
     result = {
@@ -61,11 +68,14 @@ def main() -> None:
         "tokens_per_s": samples,
         "median_tokens_per_s": {key: statistics.median(values) for key, values in samples.items()},
         "gc_collections": collections,
+        "thread_cpu_ms_per_token": cpu_ms_per_token,
+        "median_thread_cpu_ms_per_token": {key: statistics.median(values) for key, values in cpu_ms_per_token.items()},
     }
     for key, values in samples.items():
         print(
             f"{key:20s} tokens/s median {statistics.median(values):6.1f}  rounds {[round(v, 1) for v in values]}  "
-            f"gc collections {collections[key]}"
+            f"gc collections {collections[key]}  thread CPU ms/token median "
+            f"{statistics.median(cpu_ms_per_token[key]):6.2f}"
         )
     args.out.write_text(json.dumps(result, indent=1))
 

@@ -133,6 +133,7 @@ def stage_cases(kernel, model: MLPModel) -> dict:
     hidden = kernel.functional.geglu_linear(x, gate_w, up_w)
     gate = module.gate_proj(x)
     x_rows, h_rows = x.view(-1, model.hidden), hidden.view(-1, model.intermediate)
+    h_vector = hidden.view(model.intermediate)
     config = kernel.device_tables.gemm_config(1, kernel.device_tables.describe_device(x.get_device()))
     layers, ops = kernel.layers, kernel.ops
     # The direct launcher's parts, on the launch just made (Launcher.__call__ for what they are).
@@ -173,6 +174,14 @@ def stage_cases(kernel, model: MLPModel) -> dict:
         "x.view(-1, hidden)": lambda: x.view(-1, model.hidden),
         "down_proj(h) (nn.Linear call)": lambda: down(hidden),
         "F.linear(h, down weight)": lambda: torch.nn.functional.linear(hidden, down.weight),
+        # The same product through fewer ops: the GEMM F.linear ends in, on h's 2-D view.
+        "F.linear(h as [1, I], down weight)": lambda: torch.nn.functional.linear(h_rows, down.weight),
+        "torch.mm(h as [1, I], down weight.t())": lambda: torch.mm(h_rows, down.weight.t()),
+        "torch.mm(h as [1, I], down weight.t()).view(1, 1, H)": lambda: torch.mm(h_rows, down.weight.t()).view(
+            1, 1, model.hidden
+        ),
+        "torch.mv(down weight, h as [I])": lambda: torch.mv(down.weight, h_vector),
+        "down weight.t()": lambda: down.weight.t(),
         "eager: gate_proj(x)": lambda: module.gate_proj(x),
         "eager: act_fn(gate)": lambda: module.act_fn(gate),
         "eager: gate * up": lambda: gate * gate,
