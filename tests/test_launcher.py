@@ -243,6 +243,34 @@ def test_rocm_keys_a_tensor_over_2_gib_apart(launcher_module):
     assert keys["rocm"][0] != keys["rocm"][1]
 
 
+def _tensors_to_key():
+    """Tensors of every dtype the kernels take, at aligned and unaligned addresses, of two storages and sizes."""
+    tensors = []
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for storage in (torch.empty(256, dtype=dtype), torch.empty(4096, dtype=dtype)):
+            tensors += [storage, storage[1:], storage[8:], storage[16:].view(2, -1)]
+    tensors.append(torch.empty(2**31 + 64, dtype=torch.bfloat16, device="meta"))  # ROCm keys its size apart
+    return tensors
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_tensor_keys_separate_every_case_triton_separates(launcher_module, backend_name):
+    """Two tensors with one ``tensor_key`` get one key from Triton's own specialization, for any parameter flags.
+
+    On CUDA (native tensor specialization) the key is read from dtypes and addresses; this fails if the
+    installed Triton's native specialization starts reading anything else of a tensor.
+    """
+    backend = make_backend(BACKENDS[backend_name])
+    tensors = _tensors_to_key()
+    for flags in [(False, True, True), (True, True, True), (False, True, False), (False, False, True)]:
+        keys = {}
+        for tensor in tensors:
+            ours = launcher_module.tensor_key(backend, (tensor,), [tensor.data_ptr()], (flags,))
+            keys.setdefault(ours, set()).add(launcher_module.specialization_key(backend, (tensor,), (flags,)))
+        assert all(len(tritons) == 1 for tritons in keys.values()), (flags, keys)
+    assert backend.supports_native_tensor_specialization == (backend_name == "cuda")
+
+
 # --- the version and backend gate ---------------------------------------------------------------------
 
 
