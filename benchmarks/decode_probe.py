@@ -7,8 +7,9 @@ alternating which implementation goes first in a round, with the garbage
 collector on and paused, and counts collections, to tell an effect of the
 layer from one of the measurement. Beside each round's tokens/s it records
 the main thread's CPU time per new token (``time.thread_time`` around the
-whole call, the prompt's prefill included): the host's own work, which other processes on a shared host do not inflate as they do wall
-time (decode is host-bound, so that work is what a token costs).
+whole call, the prompt's prefill included): decode is host-bound, so that
+work is what a token costs, and unlike wall time it leaves out any time the
+thread spent waiting for a CPU.
 
     python benchmarks/decode_probe.py --kernel-dir build --out decode_probe.json
 """

@@ -123,7 +123,8 @@ def tensor_key(backend: Any, tensors: tuple, pointers: list[int], flags: tuple[t
     CUDA's) keys a tensor by two things, its dtype and whether its address is
     a multiple of 16, the parameter's flags being fixed: the same two, read
     here from the addresses the launch passes anyway, separate every case it
-    separates, at a third of the cost of asking it per tensor. Any other
+    separates, at half the cost of asking it per tensor (1.5 against 3.0 us
+    for the fused GEMM's six pointers on the H200 machine). Any other
     backend (ROCm also keys whether the storage fits in 2 GiB) is asked per
     tensor (``specialization_key``).
     """
