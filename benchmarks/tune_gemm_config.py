@@ -26,7 +26,12 @@ shared memory can be chosen from the same measurements. ``--sweep`` limits
 the candidate sweep to some token counts; the others time the launch
 table's choice alone.
 
-    python benchmarks/tune_gemm_config.py --kernel-dir build --out gemm_sweep.json [--sweep 128 256]
+With ``--down-shapes`` each MLP's down-projection shape is swept instead (K =
+intermediate, N = hidden): the same kernel streaming two weights of that
+shape against cuBLAS's two GEMVs on them, evidence for whether a down
+projection of our own could match cuBLAS's.
+
+    python benchmarks/tune_gemm_config.py --kernel-dir build --out gemm_sweep.json [--sweep 128 256] [--down-shapes]
 """
 
 from __future__ import annotations
@@ -55,8 +60,8 @@ def candidates(gemm, tokens: int) -> list:
     """The configurations tried for this token count's class."""
     config = gemm.GemmConfig
     # Stages from 2 up: the shallow ones are what fits ~100 KB (sm_86/89/120) and 64 KB (AMD) of shared memory.
-    if tokens <= 16:
-        grid = itertools.product((32, 64, 128), (64, 128, 256), (4,), (2, 3, 4, 5))
+    if tokens <= 16:  # BLOCK_N 16: enough programs on a narrow weight (a down projection's shape, --down-shapes)
+        grid = itertools.product((16, 32, 64, 128), (64, 128, 256), (4,), (2, 3, 4, 5))
         return [config(16, n, k, 1, w, s) for n, k, w, s in grid]
     if tokens <= 64:
         grid = itertools.product((32, 64, 128), (64, 128), (4,), (2, 3, 5))
@@ -92,6 +97,12 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", help="model names of grid.GEMMA_MLPS (default: all)")
     parser.add_argument(
         "--sweep", type=int, nargs="*", default=TOKENS, help="token counts whose candidates are swept (default: all)"
+    )
+    parser.add_argument(
+        "--down-shapes",
+        action="store_true",
+        help="each MLP's down-projection shape instead (K = intermediate, N = hidden): whether the kernel's tiles "
+        "stream a long, narrow weight as fast as cuBLAS's GEMVs (a down projection of our own, PERFORMANCE v13)",
     )
     args = parser.parse_args()
 
@@ -129,11 +140,12 @@ def main() -> None:
         "fixed_cost": "the timer's median for the activation kernel on 16 elements (any one kernel's launch, ramp, drain)",
         "side_by_side": f"Timer.timings_interleaved, {ROUNDS} rounds, L2 flushed before each repetition",
         "cells": cells,
+        "shapes": "down projection's: hidden and intermediate swapped" if args.down_shapes else "gate/up projections'",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     models = [m for m in GEMMA_MLPS if not args.models or m.name in args.models]
     for model, tokens in itertools.product(models, args.tokens):
-        hidden, intermediate = model.hidden, model.intermediate
+        hidden, intermediate = (model.intermediate, model.hidden) if args.down_shapes else (model.hidden, model.intermediate)
         x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
         w_gate, w_up = (torch.randn(intermediate, hidden, device="cuda", dtype=dtype) * hidden**-0.5 for _ in range(2))
         floor_s = max(2 * w_gate.numel() * 2 / copy_bytes_per_s, 4 * tokens * hidden * intermediate / matmul_flop_per_s)
