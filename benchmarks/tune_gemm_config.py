@@ -26,12 +26,14 @@ shared memory can be chosen from the same measurements. ``--sweep`` limits
 the candidate sweep to some token counts; the others time the launch
 table's choice alone.
 
-With ``--down-shapes`` each MLP's down-projection shape is swept instead (K =
-intermediate, N = hidden): the same kernel streaming two weights of that
-shape against cuBLAS's two GEMVs on them, evidence for whether a down
-projection of our own could match cuBLAS's.
+With ``--down-proj`` each MLP's down projection is swept instead: the plain
+kernel (``launch_linear``, one weight [hidden, intermediate]) against
+cuBLAS's ``F.linear`` on the same weight (``cublas``), the down projection's
+table (``table``) and ``read-once`` of that one weight: evidence for
+``device_tables.DOWN_PROJ_TABLES``. (PERFORMANCE v13's ``--down-shapes`` run,
+the gated kernel on two weights of that shape, is at commit 1d2e3ff.)
 
-    python benchmarks/tune_gemm_config.py --kernel-dir build --out gemm_sweep.json [--sweep 128 256] [--down-shapes]
+    python benchmarks/tune_gemm_config.py --kernel-dir build --out gemm_sweep.json [--sweep 128 256] [--down-proj]
 """
 
 from __future__ import annotations
@@ -56,11 +58,20 @@ ROUNDS = 3
 MAX_REL_ERROR = 2e-2
 
 
-def candidates(gemm, tokens: int) -> list:
-    """The configurations tried for this token count's class."""
+def candidates(gemm, tokens: int, down_proj: bool, gemv: bool) -> list:
+    """The configurations tried for this token count's class (of the down projection's table with ``down_proj``).
+
+    ``gemv``: one-token tiles only (BLOCK_M 1: products reduced along K on the CUDA cores, no tensor cores).
+    """
     config = gemm.GemmConfig
+    if gemv:
+        grid = itertools.product((2, 4, 8, 16), (512, 1024, 2048), (4, 8), (1, 3))
+        return [config(1, n, k, 1, w, s) for n, k, w, s in grid]
     # Stages from 2 up: the shallow ones are what fits ~100 KB (sm_86/89/120) and 64 KB (AMD) of shared memory.
-    if tokens <= 16:  # BLOCK_N 16: enough programs on a narrow weight (a down projection's shape, --down-shapes)
+    if down_proj:  # N = hidden is narrow, K = intermediate long: narrow tiles for enough programs, long K steps
+        grid = itertools.product((16, 32, 64), (128, 256, 512), (4,), (2, 3, 4, 5, 6))
+        return [config(16, n, k, 1, w, s) for n, k, w, s in grid]
+    if tokens <= 16:
         grid = itertools.product((16, 32, 64, 128), (64, 128, 256), (4,), (2, 3, 4, 5))
         return [config(16, n, k, 1, w, s) for n, k, w, s in grid]
     if tokens <= 64:
@@ -76,7 +87,7 @@ def candidates(gemm, tokens: int) -> list:
 def compiled_resources(gemm, config) -> dict:
     """Shared memory (bytes) and registers per thread of the kernel last compiled for ``config``'s tiles and stages."""
     tiles = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k, "GROUP_M": config.group_m}
-    for (_, options, *_), compiled in reversed(gemm._launch_geglu_linear_kernel._compiled.items()):
+    for (_, options, *_), compiled in reversed(gemm._launch_mlp_gemm_kernel._compiled.items()):
         constexprs = dict(options.constexprs)
         same_launch = (options.num_warps, options.num_stages) == (config.num_warps, config.num_stages)
         if same_launch and all(constexprs[name] == value for name, value in tiles.items()):
@@ -99,10 +110,13 @@ def main() -> None:
         "--sweep", type=int, nargs="*", default=TOKENS, help="token counts whose candidates are swept (default: all)"
     )
     parser.add_argument(
-        "--down-shapes",
+        "--down-proj",
         action="store_true",
-        help="each MLP's down-projection shape instead (K = intermediate, N = hidden): whether the kernel's tiles "
-        "stream a long, narrow weight as fast as cuBLAS's GEMVs (a down projection of our own, PERFORMANCE v13)",
+        help="each MLP's down projection instead (the plain kernel on one [hidden, intermediate] weight) against "
+        "cuBLAS's F.linear",
+    )
+    parser.add_argument(
+        "--gemv", action="store_true", help="sweep one-token tiles only (BLOCK_M 1, the GEMV form); with --tokens 1"
     )
     args = parser.parse_args()
 
@@ -126,7 +140,8 @@ def main() -> None:
     print(f"one kernel's fixed cost under this timer: {fixed_s * 1e6:.1f} us", flush=True)
     cells = []
     result = {
-        "what": "fused GeGLU GEMM launch-table sweep (first half of the MLP: both projections and the GeGLU)",
+        "what": "MLP GEMM launch-table sweep: "
+        + ("the down projection (plain kernel, one weight)" if args.down_proj else "the gated first half (both projections and the GeGLU)"),
         "gpu": torch.cuda.get_device_name(),
         "device": device_properties(torch.device("cuda")),
         "versions": versions(),
@@ -135,46 +150,59 @@ def main() -> None:
         "approximate": approximate,
         "copy_tb_per_s": copy_bytes_per_s / 1e12,
         "matmul_tflop_per_s": matmul_flop_per_s / 1e12,
-        "floor": "max(read W_gate and W_up once at the copy bandwidth, 4*T*H*I FLOPs at the matmul rate)",
+        "floor": "max(read the weights once at the copy bandwidth, 2*T*K*N FLOPs per weight at the matmul rate)",
         "fixed_cost_us": fixed_s * 1e6,
         "fixed_cost": "the timer's median for the activation kernel on 16 elements (any one kernel's launch, ramp, drain)",
         "side_by_side": f"Timer.timings_interleaved, {ROUNDS} rounds, L2 flushed before each repetition",
         "cells": cells,
-        "shapes": "down projection's: hidden and intermediate swapped" if args.down_shapes else "gate/up projections'",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     models = [m for m in GEMMA_MLPS if not args.models or m.name in args.models]
+    tables = kernel.device_tables
+    device = tables.describe_device(torch.cuda.current_device())
     for model, tokens in itertools.product(models, args.tokens):
-        hidden, intermediate = (model.intermediate, model.hidden) if args.down_shapes else (model.hidden, model.intermediate)
-        x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
-        w_gate, w_up = (torch.randn(intermediate, hidden, device="cuda", dtype=dtype) * hidden**-0.5 for _ in range(2))
-        floor_s = max(2 * w_gate.numel() * 2 / copy_bytes_per_s, 4 * tokens * hidden * intermediate / matmul_flop_per_s)
-        out = torch.empty(tokens, intermediate, device="cuda", dtype=dtype)
+        # The down projection maps intermediate to hidden; the first half hidden to intermediate.
+        n_in, n_out = (model.intermediate, model.hidden) if args.down_proj else (model.hidden, model.intermediate)
+        x = torch.randn(tokens, n_in, device="cuda", dtype=dtype)
+        weights = [torch.randn(n_out, n_in, device="cuda", dtype=dtype) * n_in**-0.5 for _ in range(1 if args.down_proj else 2)]
+        floor_s = max(
+            len(weights) * weights[0].numel() * 2 / copy_bytes_per_s,
+            2 * len(weights) * tokens * n_in * n_out / matmul_flop_per_s,
+        )
+        out = torch.empty(tokens, n_out, device="cuda", dtype=dtype)
+        if args.down_proj:
+            (weight,) = weights
+            references = {"cublas": lambda: F.linear(x, weight)}
+            table = tables.down_proj_table(device)[0][1]  # every shape: the form's own configuration
 
-        def eager():
-            return F.gelu(x @ w_gate.T, approximate=approximate) * (x @ w_up.T)
+            def ours_with(config):
+                return lambda: gemm.launch_linear(x, weight, None, out, config)
 
-        def cublas_and_ours():
-            return kernel.geglu(x @ w_gate.T, x @ w_up.T, approximate=approximate)
+        else:
+            w_gate, w_up = weights
+            references = {
+                "eager": lambda: F.gelu(x @ w_gate.T, approximate=approximate) * (x @ w_up.T),
+                "cublas+ours": lambda: kernel.geglu(x @ w_gate.T, x @ w_up.T, approximate=approximate),
+            }
+            table = tables.gemm_config(tokens, device)
 
-        def fused_with(config):
-            return lambda: gemm.launch_geglu_linear(x, w_gate, w_up, None, None, out, approximate, config)
+            def ours_with(config):
+                return lambda: gemm.launch_geglu_linear(x, w_gate, w_up, None, None, out, approximate, config)
 
-        reference = eager().float()
-        tables = kernel.device_tables
-        table = tables.gemm_config(tokens, tables.describe_device(torch.cuda.current_device()))
-        cell = {"model": model.name, "hidden": hidden, "intermediate": intermediate, "tokens": tokens}
+        reference = next(iter(references.values()))().float()
+        cell = {"model": model.name, "n_in": n_in, "n_out": n_out, "tokens": tokens}
         cell["floor_us"] = floor_s * 1e6
-        cell["table_config"] = table.__dict__
+        cell["table_config"] = table.__dict__ if table else None
         cell["configs"] = []
-        for config in candidates(gemm, tokens) if tokens in args.sweep else [table]:
+        swept = candidates(gemm, tokens, args.down_proj, args.gemv) if tokens in args.sweep else [table] if table else []
+        for config in swept:
             entry = {"config": config.__dict__}
             try:
                 out.fill_(float("nan"))
-                fused_with(config)()
+                ours_with(config)()
                 torch.cuda.synchronize()
                 entry["rel_error_vs_eager"] = ((out.float() - reference).norm() / reference.norm()).item()
-                entry["us"] = median_ms(fused_with(config)) * 1e3
+                entry["us"] = median_ms(ours_with(config)) * 1e3
                 entry.update(compiled_resources(gemm, config))
             except Exception as err:  # out of shared memory or registers: record and go on
                 entry["error"] = f"{type(err).__name__}: {str(err)[:200]}"
@@ -182,34 +210,33 @@ def main() -> None:
         timed = [c for c in cell["configs"] if "us" in c and c["rel_error_vs_eager"] < MAX_REL_ERROR]
         best = min(timed, key=lambda c: c["us"]) if timed else None
         cell["best"] = best
-        # What one kernel that only reads the same bytes takes (a sum over both weights, stacked):
+        # What one kernel that only reads the same bytes takes (a sum over the weights, stacked):
         # the floor a single launch can reach, against the copy-rate floor above (PERFORMANCE v12).
-        stacked_weights = torch.cat([w_gate, w_up])
-        side_by_side = {
-            "eager": (eager, None),
-            "cublas+ours": (cublas_and_ours, None),
-            "table": (fused_with(table), None),
-            "read-once": (lambda: stacked_weights.sum(dtype=torch.float32), None),
-        }
+        stacked_weights = torch.cat(weights)
+        side_by_side = {name: (fn, None) for name, fn in references.items()}
+        side_by_side["read-once"] = (lambda: stacked_weights.sum(dtype=torch.float32), None)
+        if table:
+            side_by_side["table"] = (ours_with(table), None)
         if best:
-            side_by_side["best"] = (fused_with(gemm.GemmConfig(**best["config"])), None)
+            side_by_side["best"] = (ours_with(gemm.GemmConfig(**best["config"])), None)
         timings = timer.timings_interleaved(side_by_side, rounds=ROUNDS)
         cell["side_by_side_us"] = {name: timing.median_s * 1e6 for name, timing in timings.items()}
         us = cell["side_by_side_us"]
+        baseline = next(iter(references))
+        ours = us.get("table", us.get("best", float("nan")))
         print(
-            f"{model.name:10} T={tokens:5} floor {cell['floor_us']:8.1f} us | eager {us['eager']:8.1f} "
-            f"cublas+ours {us['cublas+ours']:8.1f} table {us['table']:8.1f} "
-            f"({100 * cell['floor_us'] / us['table']:4.0f}% of floor, "
-            f"{100 * (cell['floor_us'] + fixed_s * 1e6) / us['table']:4.0f}% of floor + fixed cost, "
-            f"{100 * us['read-once'] / us['table']:4.0f}% of one read-only kernel's {us['read-once']:.1f} us, "
-            f"{us['cublas+ours'] / us['table']:.2f}x "
-            f"cublas+ours, {us['eager'] / us['table']:.2f}x eager) best {us.get('best', float('nan')):8.1f} "
+            f"{model.name:10} T={tokens:5} floor {cell['floor_us']:8.1f} us | "
+            + " ".join(f"{name} {us[name]:8.1f}" for name in references)
+            + f" table {us.get('table', float('nan')):8.1f} ({100 * cell['floor_us'] / ours:4.0f}% of floor, "
+            f"{100 * (cell['floor_us'] + fixed_s * 1e6) / ours:4.0f}% of floor + fixed cost, "
+            f"{100 * us['read-once'] / ours:4.0f}% of one read-only kernel's {us['read-once']:.1f} us, "
+            f"{us[baseline] / ours:.2f}x {baseline}) best {us.get('best', float('nan')):8.1f} "
             f"{best['config'] if best else None}",
             flush=True,
         )
         cells.append(cell)
         args.out.write_text(json.dumps(result, indent=1))  # after every cell: a run cut short keeps what it measured
-        del x, w_gate, w_up, out, reference, stacked_weights
+        del x, weights, out, reference, stacked_weights, references
         torch.cuda.empty_cache()
 
 

@@ -89,17 +89,21 @@ def traits(kernel, target: Target):
 
 
 def gemm_jobs(kernel, target: Target, every: bool):
+    """The GEMM kernel in both its forms: gated with the fused table's configurations, plain with the down projection's."""
     tables = kernel.device_tables
-    table = tables.gemm_table(traits(kernel, target))
+    device = traits(kernel, target)
     combos = list(itertools.product(("bf16", "fp16"), GELU_FORMS, (False, True)))
     position = [t.name for t in TARGETS].index(target.name)
-    for j, (most_tokens, config) in enumerate(table or ()):
+    classes = [(True, entry) for entry in tables.gemm_table(device) or ()]
+    classes += [(False, entry) for entry in tables.down_proj_table(device) or ()]
+    for j, (gated, (most_tokens, config)) in enumerate(classes):
         chosen = combos if every else [combos[(position + 3 * j) % len(combos)]]
         for dtype, gelu, int64 in chosen:
             constexprs = dict(
+                GATED=gated,
                 APPROXIMATE_TANH=gelu == "tanh",
-                HAS_GATE_BIAS=True,
-                HAS_UP_BIAS=True,
+                HAS_BIAS=True,
+                HAS_UP_BIAS=gated,
                 BLOCK_M=config.block_m,
                 BLOCK_N=config.block_n,
                 BLOCK_K=config.block_k,
@@ -108,7 +112,7 @@ def gemm_jobs(kernel, target: Target, every: bool):
                 INTERPRETED=False,
             )
             options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
-            yield ("geglu_linear_kernel", target.name, dtype, constexprs, options, repr(config), most_tokens)
+            yield ("mlp_gemm_kernel", target.name, dtype, constexprs, options, repr(config), most_tokens)
 
 
 #: Per (kernel, element size): whose turn it is among the (dtype, GELU form, offsets) combinations.
@@ -164,7 +168,7 @@ def _registers(compiled, backend: str) -> dict:
 def compile_job(job) -> dict:
     name, target_name, dtype, constexprs, options, config, most_tokens = job
     target = next(t for t in TARGETS if t.name == target_name)
-    fn = getattr(_kernel.triton_gemm_kernels if name == "geglu_linear_kernel" else _kernel.triton_kernels, name)
+    fn = getattr(_kernel.triton_gemm_kernels if name == "mlp_gemm_kernel" else _kernel.triton_kernels, name)
     gpu_target = GPUTarget(target.backend, target.arch, target.warp_size)
     backend = make_backend(gpu_target)
     tensor = torch.empty(64, dtype=DTYPES[dtype])
@@ -186,6 +190,7 @@ def compile_job(job) -> dict:
         "target": target_name,
         "dtype": dtype,
         "gelu": "tanh" if constexprs["APPROXIMATE_TANH"] else "none",
+        "gated": constexprs.get("GATED"),  # the GEMM's form (None: an elementwise kernel)
         "int64_offsets": constexprs["INT64_OFFSETS"],
         "config": config,
         "most_tokens": most_tokens,  # GEMM: the token class the configuration serves (None: open-ended)

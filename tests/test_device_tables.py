@@ -26,15 +26,31 @@ def _traits(tables, backend, shared_memory, multiprocessors, warp_size):
     return tables.DeviceTraits(backend, shared_memory, multiprocessors, warp_size)
 
 
+#: Each GEMM's tables, and the function that picks one of them for a device.
+GEMM_TABLE_KINDS = {"fused": ("GEMM_TABLES", "gemm_table"), "down_proj": ("DOWN_PROJ_TABLES", "down_proj_table")}
+
+
+@pytest.mark.parametrize("kind", GEMM_TABLE_KINDS)
 @pytest.mark.parametrize("name", DEVICES)
-def test_every_device_gets_a_table_that_fits_its_shared_memory_class(kernel, name):
+def test_every_device_gets_a_table_that_fits_its_shared_memory_class(kernel, name, kind):
     tables = kernel.device_tables
+    by_class, pick = (getattr(tables, attr) for attr in GEMM_TABLE_KINDS[kind])
     shared_memory, multiprocessors, warp_size = DEVICES[name]
     traits = _traits(tables, "cuda", shared_memory, multiprocessors, warp_size)
-    needs, table = next((needs, table) for needs, table in tables.GEMM_TABLES if shared_memory >= needs)
-    assert tables.gemm_table(traits) is table and needs <= shared_memory
+    needs, table = next((needs, table) for needs, table in by_class if shared_memory >= needs)
+    assert pick(traits) is table and needs <= shared_memory
     # Each class is tried largest first: a device gets the largest class it reaches.
-    assert all(other <= needs or other > shared_memory for other, _ in tables.GEMM_TABLES)
+    assert all(other <= needs or other > shared_memory for other, _ in by_class)
+
+
+def test_the_down_projection_table_has_a_decode_class_only(kernel):
+    """Past its decode class cuBLAS runs the down projection: no configuration, on every class's device."""
+    tables = kernel.device_tables
+    for needs, table in tables.DOWN_PROJ_TABLES:
+        device = _traits(tables, "cuda", needs, 100, 32)
+        (most, config), = table
+        assert tables.down_proj_gemm_config(1, 0, device) == tables.down_proj_gemm_config(most, 0, device) == config
+        assert tables.down_proj_gemm_config(most + 1, 0, device) is None
 
 
 def test_the_h200_keeps_its_tuned_table_and_smaller_devices_get_smaller_stages(kernel):
@@ -48,10 +64,13 @@ def test_the_h200_keeps_its_tuned_table_and_smaller_devices_get_smaller_stages(k
 
 
 def test_a_device_below_every_class_runs_projections_unfused(kernel, monkeypatch):
+    """Below the fused GEMM's smallest class: two GEMMs and the activation kernel. The down projection's
+    one-token form needs no shared memory to speak of, so it runs on every device."""
     tables, gemm = kernel.device_tables, kernel.triton_gemm_kernels
     smallest = min(needs for needs, _ in tables.GEMM_TABLES)
     tiny = _traits(tables, "cuda", smallest - 1, 40, 32)
     assert tables.gemm_table(tiny) is None and tables.gemm_config(1, tiny) is None
+    assert tables.down_proj_gemm_config(1, 0, tiny) is not None
     monkeypatch.setattr(gemm, "describe_device", lambda index: tiny)
     gemm.fused_config.cache_clear()  # it remembers each (tokens, device) it answered for
     try:
@@ -60,14 +79,13 @@ def test_a_device_below_every_class_runs_projections_unfused(kernel, monkeypatch
         gemm.fused_config.cache_clear()
 
 
-def test_the_offline_check_covers_every_class(kernel):
+@pytest.mark.parametrize("kind", GEMM_TABLE_KINDS)
+def test_the_offline_check_covers_every_class(kernel, kind):
     """Each table is picked for at least one target tests/test_offline_compile.py compiles for."""
     tables = kernel.device_tables
-    picked = {
-        id(tables.gemm_table(_traits(tables, t.backend, t.shared_memory, t.multiprocessors, t.warp_size)))
-        for t in TARGETS
-    }
-    assert picked == {id(table) for _, table in tables.GEMM_TABLES}
+    by_class, pick = (getattr(tables, attr) for attr in GEMM_TABLE_KINDS[kind])
+    picked = {id(pick(_traits(tables, t.backend, t.shared_memory, t.multiprocessors, t.warp_size))) for t in TARGETS}
+    assert picked == {id(table) for _, table in by_class}
 
 
 @pytest.mark.parametrize("element_size", [2, 4])

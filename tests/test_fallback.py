@@ -80,7 +80,7 @@ class GemmaStyleMLP(nn.Module):
 
 
 def test_fused_gemm_that_does_not_compile_falls_back_to_two_gemms(kernel, device, monkeypatch):
-    (gemm,) = _compilers_fail(kernel, monkeypatch, [(kernel.triton_gemm_kernels, "_launch_geglu_linear_kernel")])
+    (gemm,) = _compilers_fail(kernel, monkeypatch, [(kernel.triton_gemm_kernels, "_launch_mlp_gemm_kernel")])
     torch.manual_seed(0)
     module = GemmaStyleMLP(48, 80, torch.bfloat16, device)
     ours = types.MethodType(kernel.layers.GeGLUMLP.forward, module)
@@ -107,7 +107,7 @@ def test_no_kernel_compiles_pytorch_runs_everything(kernel, device, monkeypatch)
     failing = _compilers_fail(
         kernel,
         monkeypatch,
-        [(kernel.triton_gemm_kernels, "_launch_geglu_linear_kernel")] + [(kernel.triton_kernels, n) for n in names],
+        [(kernel.triton_gemm_kernels, "_launch_mlp_gemm_kernel")] + [(kernel.triton_kernels, n) for n in names],
     )
     torch.manual_seed(0)
     module = GemmaStyleMLP(32, 64, torch.bfloat16, device)

@@ -64,10 +64,10 @@ def test_every_table_configuration_is_compiled(kernel, compiled, target):
     tables = kernel.device_tables
     results = _results_for(compiled, target)
     traits = tables.DeviceTraits(target.backend, target.shared_memory, target.multiprocessors, target.warp_size)
-    table = tables.gemm_table(traits)
-    assert table is not None, f"no fused-GEMM table for {target.name}"
-    gemm = {r["config"] for r in results if r["kernel"] == "geglu_linear_kernel"}
-    assert gemm == {repr(config) for _, config in table}
+    for gated, table in ((True, tables.gemm_table(traits)), (False, tables.down_proj_table(traits))):
+        assert table is not None, f"no {'fused' if gated else 'down projection'} GEMM table for {target.name}"
+        gemm = {r["config"] for r in results if r["kernel"] == "mlp_gemm_kernel" and r["gated"] == gated}
+        assert gemm == {repr(config) for _, config in table}
     if EVERY_COMBINATION or FULL_ELEMENTWISE_TARGET[target.warp_size] == target.name:
         backward = {r["config"] for r in results if r["kernel"] == "geglu_backward_kernel"}
         expected = set()
@@ -95,7 +95,7 @@ def limit_violations(result: dict, target, fused_max_tokens: int) -> list[str]:
             violations.append(f"{where}: {block} registers per block, {target.register_file} per SM")
     # What GPUs run (decode and mid GEMM classes, elementwise kernels) must not spill registers;
     # the prefill class runs only under the interpreter and for tuning (cuBLAS past FUSED_MAX_TOKENS).
-    runs_on_gpus = result["kernel"] != "geglu_linear_kernel" or (
+    runs_on_gpus = result["kernel"] != "mlp_gemm_kernel" or (
         result["most_tokens"] is not None and result["most_tokens"] <= fused_max_tokens
     )
     if runs_on_gpus and result["stack_bytes"]:
@@ -115,7 +115,7 @@ def test_the_limits_catch_what_broke_decode_on_99_kb_gpus():
     """The H200's decode configuration as Triton compiles it for sm_86 (issue 12), and a block over the register file."""
     sm_86 = next(t for t in TARGETS if t.name == "sm_86")
     h200_decode = {
-        "kernel": "geglu_linear_kernel", "config": "16x64x128, 5 stages", "dtype": "bf16", "gelu": "tanh",
+        "kernel": "mlp_gemm_kernel", "config": "16x64x128, 5 stages", "dtype": "bf16", "gelu": "tanh",
         "most_tokens": 16, "num_warps": 4, "shared_bytes": 147_456, "registers": 103, "stack_bytes": 0,
     }
     assert len(limit_violations(h200_decode, sm_86, 64)) == 1

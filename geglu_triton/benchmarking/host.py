@@ -60,7 +60,7 @@ def triton_dispatch(kernel):
     launchers = (
         kernel.triton_kernels._launch_forward_kernel,
         kernel.triton_kernels._launch_backward_kernel,
-        kernel.triton_gemm_kernels._launch_geglu_linear_kernel,
+        kernel.triton_gemm_kernels._launch_mlp_gemm_kernel,
     )
     saved = [launcher.direct for launcher in launchers]
     for launcher in launchers:

@@ -138,19 +138,56 @@ GEMM_TABLES: tuple[tuple[int, TokenClasses], ...] = (
 #: docs/PERFORMANCE.md, v10).
 FUSED_MAX_TOKENS = 64
 
+#: The down projection's tables (the GEMM kernel's plain form, one weight [hidden, intermediate]),
+#: keyed as GEMM_TABLES. One class, for one token: the GEMV form (BLOCK_M 1), whose loads go
+#: to registers (64 B of shared memory, for the reduction), so it fits every device. Past one
+#: token cuBLAS runs the down projection: the tensor-core tiles of the plain form lost to cuBLAS
+#: at 16 tokens on the 1B by 1.17x. Source: benchmarks/results/2026-12-03-h200-v14/
+#: gemv_sweep_down-proj.json, every Gemma size's down projection at one token: the one
+#: configuration closest to each shape's best (1.05x their geometric mean; docs/PERFORMANCE.md, v14).
+DOWN_PROJ_TABLES: tuple[tuple[int, TokenClasses], ...] = (
+    (0, ((1, GemmConfig(1, 2, 2048, group_m=1, num_warps=8, num_stages=1)),)),
+)
+
+#: The GEMV form runs down projections whose weight is at most this large; larger ones take
+#: cuBLAS. Side by side on the H200 it took 0.83x cuBLAS's GPU time on the 16 MB weight of
+#: Gemma3 1B, 0.99x and 1.03x on the 52 and 42 MB of Gemma3 4B and Gemma2 2B, and from 67 MB
+#: 0.97-1.07x (Gemma 2B 1.06x, Gemma3 27B 1.07x): past this size cuBLAS's GEMV is as fast or faster.
+DOWN_PROJ_MAX_WEIGHT_BYTES = 64 * 2**20
+
+
+def _table_for(tables: tuple[tuple[int, TokenClasses], ...], device: DeviceTraits) -> Optional[TokenClasses]:
+    """The table of the largest shared-memory class the device reaches, or None below them all."""
+    return next((table for needs, table in tables if device.shared_memory >= needs), None)
+
+
+def _class_config(table: Optional[TokenClasses], n_tokens: int) -> Optional[GemmConfig]:
+    """The configuration of the token class that ``n_tokens`` falls in, or None (no table, or past its last class)."""
+    return next((config for most, config in table or () if most is None or n_tokens <= most), None)
+
 
 def gemm_table(device: DeviceTraits) -> Optional[TokenClasses]:
-    """The launch table of the largest shared-memory class the device reaches, or None below them all."""
-    return next((table for needs, table in GEMM_TABLES if device.shared_memory >= needs), None)
+    """The fused GEMM's launch table for the device, or None below every class."""
+    return _table_for(GEMM_TABLES, device)
+
+
+def down_proj_table(device: DeviceTraits) -> Optional[TokenClasses]:
+    """The down projection's launch table for the device, or None below every class."""
+    return _table_for(DOWN_PROJ_TABLES, device)
 
 
 @functools.lru_cache(maxsize=1024)
 def gemm_config(n_tokens: int, device: DeviceTraits) -> Optional[GemmConfig]:
     """The fused GEMM's configuration for this many tokens on this device, or None where no table fits it."""
-    table = gemm_table(device)
-    if table is None:
+    return _class_config(gemm_table(device), n_tokens)
+
+
+@functools.lru_cache(maxsize=1024)
+def down_proj_gemm_config(n_tokens: int, weight_bytes: int, device: DeviceTraits) -> Optional[GemmConfig]:
+    """The down projection's configuration for this many tokens and this weight on this device, or None: cuBLAS runs it."""
+    if weight_bytes > DOWN_PROJ_MAX_WEIGHT_BYTES:
         return None
-    return next(config for most, config in table if most is None or n_tokens <= most)
+    return _class_config(down_proj_table(device), n_tokens)
 
 
 # --- elementwise kernels -----------------------------------------------------------

@@ -1,4 +1,6 @@
-"""Triton kernel for the first half of a GeGLU MLP: both projections and the GeGLU in one GEMM.
+"""Triton GEMM kernel for a GeGLU MLP's projections: the gated first half, and the down projection at decode.
+
+Gated (``GATED=True``), the first half of the MLP: both projections and the GeGLU in one GEMM,
 
     h = gelu(x @ W_gate^T + b_gate) * (x @ W_up^T + b_up)
 
@@ -11,26 +13,37 @@ fp32 accumulators and writes h alone. The weights are read where they are:
 two separate ``nn.Linear`` weights, or the two halves of a fused
 ``gate_up_proj`` weight, with no concatenated copy.
 
+Plain (``GATED=False``), the down projection of one token: y = h @ W_down^T + b_down,
+with K = intermediate and N = hidden. It is a GEMV that streams one weight,
+as the gated GEMM streams two, at cuBLAS's GPU time, and cuBLAS's call for it
+costs more host time than this kernel's whole launch (docs/PERFORMANCE.md,
+v13-v14); the second weight, its accumulator and the GeGLU compile out.
+
 Tiling
 ------
-Each step of the K loop loads an x tile [BLOCK_M, BLOCK_K] and the two weight
+Each step of the K loop loads an x tile [BLOCK_M, BLOCK_K] and the weight
 tiles [BLOCK_N, BLOCK_K] (rows of W, contiguous along K: 16-byte loads) and
-feeds both products to the tensor cores through ``tl.dot`` (bf16/fp16
+feeds the products to the tensor cores through ``tl.dot`` (bf16/fp16
 operands, fp32 accumulation; on Hopper, wgmma where the tile allows).
 ``num_stages`` is how many K steps Triton's pipeliner keeps in flight.
 Rows and columns past the end of x and W are clamped onto valid ones, so the
 loads need no row or column mask; the final store drops those results.
 
-The launch tables (``device_tables.GEMM_TABLES``, one per shared-memory
-class of device) have these token classes:
+The launch tables (``device_tables``, one per shared-memory class of
+device) have these token classes:
 
 - decode (a few tokens): each weight is read once and each weight byte
   meets at most a few tokens, so the kernel streams weights and is
   memory-bound. BLOCK_M is the smallest tile ``tl.dot`` takes (16) and
-  BLOCK_N is small, giving several programs per SM to keep HBM busy.
-- mid (up to 64 tokens) and prefill: compute-bound. Larger tiles; programs
-  run in groups of GROUP_M row tiles that share each weight tile while it
-  is in L2. Past 64 tokens two cuBLAS GEMMs are faster on GPUs
+  BLOCK_N is small, giving several programs per SM to keep HBM busy. The
+  down projection has a table of its own (``DOWN_PROJ_TABLES``), for one
+  token: its N (hidden) is narrow and its K long, so a tile of 16 tokens
+  leaves most SMs idle. There BLOCK_M is 1 (the GEMV form, see
+  ``_multiply_accumulate``) and BLOCK_N 2: one program per two rows of the
+  weight, thousands of programs whose loads go straight to registers.
+- mid (up to 64 tokens) and prefill, gated only: compute-bound. Larger
+  tiles; programs run in groups of GROUP_M row tiles that share each weight
+  tile while it is in L2. Past 64 tokens two cuBLAS GEMMs are faster on GPUs
   (``FUSED_MAX_TOKENS``); the prefill class runs under the interpreter and
   for tuning.
 
@@ -40,7 +53,8 @@ Eager's projections return bf16/fp16, so it rounds each accumulator (bias
 added in fp32) to the storage dtype before the GELU; the epilogue rounds at
 the same point and then computes the GeGLU exactly as the activation kernel
 does. h then differs from eager's only through the GEMMs' order of
-accumulation.
+accumulation. The plain epilogue adds the bias in fp32 and rounds once, on
+the store, as cuBLAS's epilogue does.
 """
 
 from __future__ import annotations
@@ -52,7 +66,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .device_tables import FUSED_MAX_TOKENS, GemmConfig, describe_device, gemm_config
+from .device_tables import FUSED_MAX_TOKENS, GemmConfig, describe_device, down_proj_gemm_config, gemm_config
 from .triton_kernels import RUNS_INTERPRETED, geglu_rounded_like_eager, needs_int64_offsets, round_to
 from .triton_launcher import Launcher, LaunchOptions
 
@@ -61,23 +75,38 @@ from .triton_launcher import Launcher, LaunchOptions
 FUSED_DTYPES = (torch.bfloat16, torch.float16)
 
 
+@triton.jit
+def _multiply_accumulate(x, weight, acc, BLOCK_M: tl.constexpr):
+    """acc + x @ weight^T for an x tile [BLOCK_M, BLOCK_K] and a weight tile [BLOCK_N, BLOCK_K].
+
+    On the tensor cores (``tl.dot``, which takes 16 rows or more), except for
+    one row (BLOCK_M == 1: one token, a GEMV), where each weight element is
+    used once: products on the CUDA cores (exact in fp32 for bf16/fp16
+    operands) summed along K, with no shared-memory layout for the dot.
+    """
+    if BLOCK_M == 1:
+        return acc + tl.sum(x.to(tl.float32) * weight.to(tl.float32), axis=1)[None, :]
+    return tl.dot(x, tl.trans(weight), acc)
+
+
 @triton.jit(do_not_specialize=["n_tokens"])
-def geglu_linear_kernel(
+def mlp_gemm_kernel(
     x_ptr,
-    gate_weight_ptr,
+    weight_ptr,
     up_weight_ptr,
-    gate_bias_ptr,
+    bias_ptr,
     up_bias_ptr,
     out_ptr,
     n_tokens,
     n_out,
     n_in,
     x_row_stride,
-    gate_weight_row_stride,
+    weight_row_stride,
     up_weight_row_stride,
     out_row_stride,
+    GATED: tl.constexpr,
     APPROXIMATE_TANH: tl.constexpr,
-    HAS_GATE_BIAS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
     HAS_UP_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -86,10 +115,11 @@ def geglu_linear_kernel(
     INT64_OFFSETS: tl.constexpr,
     INTERPRETED: tl.constexpr,
 ):
-    """One [BLOCK_M, BLOCK_N] tile of h = gelu(x W_gate^T + b_gate) * (x W_up^T + b_up).
+    """One [BLOCK_M, BLOCK_N] tile of out = gelu(x W^T + b) * (x W_up^T + b_up) (GATED), else of x W^T + b.
 
-    ``n_tokens`` is not specialized on, so a new token count never compiles
-    a new variant.
+    Gated, ``weight``/``bias`` are the gate projection's; plain, the up
+    pointers are never read. ``n_tokens`` is not specialized on, so a new
+    token count never compiles a new variant.
     """
     # Program -> tile, in groups of GROUP_M row tiles: the programs of a group
     # walk the same column tiles (weight rows) one after another.
@@ -112,37 +142,44 @@ def geglu_linear_kernel(
     x_rows = rows % n_tokens
     weight_rows = cols % n_out
     x_ptrs = x_ptr + x_rows[:, None] * x_row_stride + ks[None, :]
-    gate_weight_ptrs = gate_weight_ptr + weight_rows[:, None] * gate_weight_row_stride + ks[None, :]
+    weight_ptrs = weight_ptr + weight_rows[:, None] * weight_row_stride + ks[None, :]
     up_weight_ptrs = up_weight_ptr + weight_rows[:, None] * up_weight_row_stride + ks[None, :]
 
-    # Both projections over the same x tiles: x is loaded once for two dots.
-    acc_gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # Gated: both projections over the same x tiles, x loaded once for two dots.
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k_start in range(0, n_in, BLOCK_K):
         in_k = ks[None, :] < n_in - k_start  # only the last step of a K that BLOCK_K does not divide masks anything
         x = tl.load(x_ptrs, mask=in_k, other=0.0)
-        gate_weight = tl.load(gate_weight_ptrs, mask=in_k, other=0.0)
-        up_weight = tl.load(up_weight_ptrs, mask=in_k, other=0.0)
+        weight = tl.load(weight_ptrs, mask=in_k, other=0.0)
         if INTERPRETED:  # see triton_kernels.RUNS_INTERPRETED
-            x, gate_weight, up_weight = x.to(tl.float32), gate_weight.to(tl.float32), up_weight.to(tl.float32)
-        acc_gate = tl.dot(x, tl.trans(gate_weight), acc_gate)
-        acc_up = tl.dot(x, tl.trans(up_weight), acc_up)
+            x, weight = x.to(tl.float32), weight.to(tl.float32)
+        acc = _multiply_accumulate(x, weight, acc, BLOCK_M)
+        if GATED:
+            up_weight = tl.load(up_weight_ptrs, mask=in_k, other=0.0)
+            if INTERPRETED:
+                up_weight = up_weight.to(tl.float32)
+            acc_up = _multiply_accumulate(x, up_weight, acc_up, BLOCK_M)
+            up_weight_ptrs += BLOCK_K
         x_ptrs += BLOCK_K
-        gate_weight_ptrs += BLOCK_K
-        up_weight_ptrs += BLOCK_K
+        weight_ptrs += BLOCK_K
 
-    # Epilogue: bias in fp32, then the projections rounded to the storage
-    # dtype as eager's GEMMs return them, then eager's rounded GeGLU.
-    if HAS_GATE_BIAS:
-        acc_gate += tl.load(gate_bias_ptr + weight_rows).to(tl.float32)[None, :]
-    if HAS_UP_BIAS:
-        acc_up += tl.load(up_bias_ptr + weight_rows).to(tl.float32)[None, :]
+    # Epilogue: bias in fp32. Gated: the projections rounded to the storage
+    # dtype as eager's GEMMs return them, then eager's rounded GeGLU. Plain:
+    # rounded once, by the store.
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + weight_rows).to(tl.float32)[None, :]
     dtype = out_ptr.dtype.element_ty
-    gate = round_to(acc_gate, dtype, INTERPRETED).to(tl.float32)
-    up = round_to(acc_up, dtype, INTERPRETED).to(tl.float32)
-    h = geglu_rounded_like_eager(gate, up, dtype, APPROXIMATE_TANH, INTERPRETED)
+    if GATED:
+        if HAS_UP_BIAS:
+            acc_up += tl.load(up_bias_ptr + weight_rows).to(tl.float32)[None, :]
+        gate = round_to(acc, dtype, INTERPRETED).to(tl.float32)
+        up = round_to(acc_up, dtype, INTERPRETED).to(tl.float32)
+        out = geglu_rounded_like_eager(gate, up, dtype, APPROXIMATE_TANH, INTERPRETED)
+    else:
+        out = round_to(acc, dtype, INTERPRETED)
     mask = (rows < n_tokens)[:, None] & (cols < n_out)[None, :]
-    tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :], h, mask=mask)
+    tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :], out, mask=mask)
 
 
 def fused_pays_off(n_tokens: int) -> bool:
@@ -164,6 +201,17 @@ def fused_config(n_tokens: int, device_index: int) -> Optional[GemmConfig]:
     return gemm_config(n_tokens, describe_device(device_index)) if fused_pays_off(n_tokens) else None
 
 
+@functools.lru_cache(maxsize=256)
+def down_proj_config(n_tokens: int, weight_bytes: int, device_index: int) -> Optional[GemmConfig]:
+    """The plain form's configuration for a down projection of this many tokens through a weight of this size,
+    or None: cuBLAS runs it.
+
+    Only one token has one, for weights up to ``DOWN_PROJ_MAX_WEIGHT_BYTES``, on every device (the
+    interpreter's included, so that the CPU tests exercise it). Cached as ``fused_config`` is.
+    """
+    return down_proj_gemm_config(n_tokens, weight_bytes, describe_device(device_index))
+
+
 @functools.lru_cache(maxsize=1024)
 def _launch_plan(
     n_tokens: int,
@@ -171,8 +219,9 @@ def _launch_plan(
     n_in: int,
     strides: tuple[int, int, int, int],
     config: GemmConfig,
+    gated: bool,
     approximate: str,
-    has_gate_bias: bool,
+    has_bias: bool,
     has_up_bias: bool,
 ) -> tuple[tuple[int, int, int], LaunchOptions]:
     """Grid and constexprs of one launch (cached: one lookup per call, no Python arithmetic on the way)."""
@@ -180,8 +229,9 @@ def _launch_plan(
     int64_offsets = needs_int64_offsets(*((rows, cols, stride) for (rows, cols), stride in zip(matrices, strides)))
     options = LaunchOptions(
         constexprs=(
+            ("GATED", gated),
             ("APPROXIMATE_TANH", approximate == "tanh"),
-            ("HAS_GATE_BIAS", has_gate_bias),
+            ("HAS_BIAS", has_bias),
             ("HAS_UP_BIAS", has_up_bias),
             ("BLOCK_M", config.block_m),
             ("BLOCK_N", config.block_n),
@@ -197,7 +247,22 @@ def _launch_plan(
     return grid, options
 
 
-_launch_geglu_linear_kernel = Launcher(geglu_linear_kernel)
+_launch_mlp_gemm_kernel = Launcher(mlp_gemm_kernel)
+
+
+def _launch(x, weight, up_weight, bias, up_bias, out, gated: bool, approximate: str, config: GemmConfig) -> None:
+    """One launch of ``mlp_gemm_kernel``; x and out as ``launch_geglu_linear`` takes them."""
+    n_in, n_out = x.shape[-1], weight.shape[0]
+    n_tokens = out.numel() // n_out
+    x_row_stride = x.stride(0) if x.dim() == 2 else n_in
+    out_row_stride = out.stride(0) if out.dim() == 2 else n_out
+    strides = (x_row_stride, weight.stride(0), up_weight.stride(0), out_row_stride)
+    grid, options = _launch_plan(
+        n_tokens, n_out, n_in, strides, config, gated, approximate, bias is not None, up_bias is not None
+    )
+    # Without a bias the kernel never reads its pointer: pass out in its place.
+    biases = (out if bias is None else bias, out if up_bias is None else up_bias)
+    _launch_mlp_gemm_kernel(grid, (x, weight, up_weight, *biases, out), (n_tokens, n_out, n_in, *strides), options)
 
 
 def launch_geglu_linear(
@@ -217,15 +282,14 @@ def launch_geglu_linear(
     dimensions): the kernel reads them as [M, K] and [M, N] without a view.
     ``config``: from ``fused_config``, or any other (for tuning).
     """
-    n_in, n_out = x.shape[-1], gate_weight.shape[0]
-    n_tokens = out.numel() // n_out
-    x_row_stride = x.stride(0) if x.dim() == 2 else n_in
-    out_row_stride = out.stride(0) if out.dim() == 2 else n_out
-    strides = (x_row_stride, gate_weight.stride(0), up_weight.stride(0), out_row_stride)
-    grid, options = _launch_plan(
-        n_tokens, n_out, n_in, strides, config, approximate, gate_bias is not None, up_bias is not None
-    )
-    # Without a bias the kernel never reads its pointer: pass out in its place.
-    biases = (out if gate_bias is None else gate_bias, out if up_bias is None else up_bias)
-    tensors = (x, gate_weight, up_weight, *biases, out)
-    _launch_geglu_linear_kernel(grid, tensors, (n_tokens, n_out, n_in, *strides), options)
+    _launch(x, gate_weight, up_weight, gate_bias, up_bias, out, True, approximate, config)
+
+
+def launch_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], out: torch.Tensor, config: GemmConfig
+) -> None:
+    """out [..., N] = x [..., K] W^T + b, W [N, K] with unit column stride; x and out as ``launch_geglu_linear``'s.
+
+    ``config``: from ``down_proj_config``, or any other (for tuning).
+    """
+    _launch(x, weight, weight, bias, None, out, False, "none", config)
