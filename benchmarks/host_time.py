@@ -137,8 +137,9 @@ def stage_cases(kernel, model: MLPModel) -> dict:
     config = kernel.device_tables.gemm_config(1, kernel.device_tables.describe_device(x.get_device()))
     layers, ops = kernel.layers, kernel.ops
     # The direct launcher's parts, on the launch just made (Launcher.__call__ for what they are).
-    launcher_module, launcher = kernel.triton_launcher, kernel.triton_gemm_kernels._launch_geglu_linear_kernel
-    (_, options, *_), compiled = next(reversed(launcher._compiled.items()))
+    launcher_module, launcher = kernel.triton_launcher, kernel.triton_gemm_kernels._launch_mlp_gemm_kernel
+    gated = (entry for entry in reversed(launcher._compiled.items()) if dict(entry[0][1].constexprs)["GATED"])
+    (_, options, *_), compiled = next(gated)
     backend = launcher._backends[x.get_device()]
     launch_tensors = (x_rows, gate_w, up_w, h_rows, h_rows, h_rows)
     n_out, n_in = model.intermediate, model.hidden
@@ -156,6 +157,11 @@ def stage_cases(kernel, model: MLPModel) -> dict:
             layers.is_plain_linear(module.up_proj),
             layers.is_plain_linear(module.down_proj),
         ),
+        "functional.geglu_mlp (the whole MLP, GeGLUMLP.forward's call)": lambda: kernel.functional.geglu_mlp(
+            x, gate_w, up_w, down.weight
+        ),
+        "checks.check_mlp": lambda: kernel.checks.check_mlp(x, gate_w, up_w, down.weight, None, None, None, "tanh"),
+        "ops.linear_impl(h, down weight) (the down projection)": lambda: ops.linear_impl(hidden, down.weight, None),
         "functional.geglu_linear": lambda: kernel.functional.geglu_linear(x, gate_w, up_w),
         "checks.check_linear": lambda: kernel.checks.check_linear(x, gate_w, up_w, None, None, "tanh"),
         "ops.geglu_linear_impl": lambda: ops.geglu_linear_impl(x, gate_w, up_w, None, None, "tanh"),

@@ -89,16 +89,17 @@ def test_fused_gemm_that_does_not_compile_falls_back_to_two_gemms(kernel, device
         warnings.simplefilter("always")
         for _ in range(3):
             hidden = kernel.geglu_linear(x, module.gate_proj.weight, module.up_proj.weight)
-            out = ours(x)
+            out, out_one_token = ours(x), ours(x[:1, :1])  # one token: the down projection's own form too
     assert len(_fallback_warnings(caught)) == 1
     assert "OutOfResources" in str(_fallback_warnings(caught)[0].message)
-    assert gemm.compilations == 1  # not compiled again on each call
+    assert gemm.compilations == 2  # its gated form and its plain one, each tried once, not again on each call
     with torch.no_grad():
         eager_hidden = F.gelu(module.gate_proj(x), approximate="tanh") * module.up_proj(x)
         eager_out = module(x)
     # The unfused path is eager's: two GEMMs, then the GeGLU with eager's rounding points.
     assert_mostly_bit_identical(hidden, eager_hidden)
     assert rel_error(out, eager_out) <= 1e-2
+    assert rel_error(out_one_token, eager_out[:1, :1]) <= 1e-2
 
 
 def test_no_kernel_compiles_pytorch_runs_everything(kernel, device, monkeypatch):
@@ -116,14 +117,17 @@ def test_no_kernel_compiles_pytorch_runs_everything(kernel, device, monkeypatch)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with torch.no_grad():
-            inference = ours(x)
+            inference, inference_one_token = ours(x), ours(x[:1])
         out = ours(x)
         (grad_x,) = torch.autograd.grad(out.square().sum(), x)
     assert len(_fallback_warnings(caught)) == 1
-    assert [k.compilations for k in failing] == [1, 1, 1]  # each tried once, on its first call
+    # Each variant tried once, on its first call: the GEMM's gated and plain forms, the forward's tiles of
+    # 5 and 1 tokens, the backward's one.
+    assert [k.compilations for k in failing] == [2, 2, 1]
     eager_out = module(x)
     (eager_grad_x,) = torch.autograd.grad(eager_out.square().sum(), x)
     # PyTorch's forward is eager's own expression; its backward rounds once, where eager rounds thrice.
     assert_mostly_bit_identical(inference, eager_out)
+    assert_mostly_bit_identical(inference_one_token, eager_out[:1])
     assert_mostly_bit_identical(out, eager_out)
     assert rel_error(grad_x, eager_grad_x) <= 1e-2

@@ -1,8 +1,11 @@
-"""geglu_linear: the gate and up projections and the GeGLU in one Triton GEMM (inference), else two GEMMs.
+"""geglu_linear: the gate and up projections and the GeGLU in one Triton GEMM (inference), else two GEMMs;
+geglu_mlp: that, then the down projection through the same GEMM's plain form at decode, else cuBLAS.
 
 On the CPU the fused kernel runs under TRITON_INTERPRET=1 at every token
 count (the launch table's classes are all exercised through explicit
-configs); on a GPU it runs where the launch table says it pays off.
+configs); on a GPU it runs where the launch table says it pays off. The
+plain form runs where the down projection's table has a configuration (its
+decode class), under the interpreter as on a GPU.
 """
 
 from __future__ import annotations
@@ -47,14 +50,33 @@ def fused_launches(kernel, monkeypatch):
     return launches
 
 
-def _assert_matches_eager_error(out, operands, approximate):
-    """Error against float64 within the dtype's tolerance, or within twice eager's own error."""
-    exact = geglu_linear64(*operands, approximate)
-    eager = eager_geglu_linear(*operands, approximate)
+@pytest.fixture
+def down_proj_launches(kernel, monkeypatch):
+    """The plain GEMM launches (down projections) made while the test runs (each a token count)."""
+    gemm = kernel.triton_gemm_kernels
+    launches = []
+    launch = gemm.launch_linear
+
+    def counting_launch(x, *args, **kwargs):
+        launches.append(math.prod(x.shape[:-1]))
+        return launch(x, *args, **kwargs)
+
+    monkeypatch.setattr(gemm, "launch_linear", counting_launch)
+    return launches
+
+
+def _assert_within_eager_error(out, eager, exact):
+    """out's error against float64 within the dtype's tolerance, or within twice eager's own error."""
     assert out.shape == eager.shape and out.dtype == eager.dtype and out.device == eager.device
     err, eager_err = rel_error(out, exact), rel_error(eager, exact)
     bound = max(FORWARD_REL_TOL[out.dtype], ERROR_RATIO_TO_EAGER * eager_err)
     assert err <= bound, f"relative error {err:.3g} vs float64 (eager's {eager_err:.3g})"
+
+
+def _assert_matches_eager_error(out, operands, approximate):
+    """geglu_linear's output within eager's error (see _assert_within_eager_error)."""
+    exact = geglu_linear64(*operands, approximate)
+    _assert_within_eager_error(out, eager_geglu_linear(*operands, approximate), exact)
 
 
 LINEAR_SHAPES = [((1,), 32, 96), ((5,), 40, 33), ((2, 9), 300, 70)]  # (tokens shape, hidden, intermediate)
@@ -84,6 +106,22 @@ def test_every_launch_table_config_is_correct(kernel, device, dtype):
         out = torch.full((tokens, gate_weight.shape[0]), float("nan"), dtype=dtype, device=device)
         gemm.launch_geglu_linear(x, gate_weight, up_weight, gate_bias, up_bias, out, "tanh", config)
         _assert_matches_eager_error(out, operands, "tanh")
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_every_down_proj_table_config_is_correct(kernel, device, dtype):
+    """The plain form with each device's down-projection configuration, on a problem none of its block sizes divides."""
+    gemm = kernel.triton_gemm_kernels
+    for config in {config for _, table in kernel.device_tables.DOWN_PROJ_TABLES for _, config in table}:
+        tokens, n_in, n_out = config.block_m + 3, config.block_k + 40, config.block_n + 5
+        x = randn(tokens, n_in, dtype=dtype, device=device)
+        weight = randn(n_out, n_in, dtype=dtype, device=device, scale=n_in**-0.5)
+        bias = randn(n_out, dtype=dtype, device=device)
+        out = torch.full((tokens, n_out), float("nan"), dtype=dtype, device=device)
+        gemm.launch_linear(x, weight, bias, out, config)
+        exact = torch.nn.functional.linear(x.double(), weight.double(), bias.double())
+        _assert_within_eager_error(out, torch.nn.functional.linear(x, weight, bias), exact)
 
 
 @pytest.mark.parametrize(
@@ -249,13 +287,15 @@ def _kernel_forward(kernel, module, x):
 
 
 @pytest.mark.kernels_ci
-def test_geglu_mlp_runs_plain_projections_through_geglu_linear(kernel, device, fused_launches):
+def test_the_layer_runs_plain_projections_through_geglu_mlp(kernel, device, fused_launches, down_proj_launches):
+    """Both GEMMs of the decode path: the fused first half, the plain down projection."""
     module = _GemmaStyleMLP().to(device=device, dtype=torch.bfloat16)
     x = randn(2, 3, 16, dtype=torch.bfloat16, device=device)
     out = _kernel_forward(kernel, module, x)
     with torch.no_grad():
         assert rel_error(out, module(x)) <= 1e-2
     assert fused_launches == ([6] if kernel.triton_gemm_kernels.fused_pays_off(6) else [])
+    assert down_proj_launches == _expected_down_proj_launches(kernel, device, 6, torch.bfloat16)
 
 
 def test_geglu_mlp_under_autocast_runs_in_its_dtype(kernel, device, fused_launches):
@@ -282,3 +322,119 @@ def test_geglu_mlp_calls_projections_that_are_not_plain_linear(kernel, device, f
         with torch.no_grad():
             assert rel_error(_kernel_forward(kernel, module, x), module(x)) <= 1e-5
     assert fused_launches == []
+
+
+# --- geglu_mlp: the whole MLP, the down projection through the GEMM's plain form at decode ---
+
+
+def _mlp_operands(tokens_shape, hidden, intermediate, *, dtype, device, bias=False):
+    """x, gate/up/down weights and biases in geglu_mlp's order; the down weight scaled as an initialized layer's."""
+    x, gate_weight, up_weight, gate_bias, up_bias = linear_inputs(
+        tokens_shape, hidden, intermediate, dtype=dtype, device=device, bias=bias
+    )
+    down_weight = randn(hidden, intermediate, dtype=dtype, device=device, scale=max(intermediate, 1) ** -0.5)
+    down_bias = randn(hidden, dtype=dtype, device=device) if bias else None
+    return x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias
+
+
+def _eager_mlp(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, approximate="tanh"):
+    hidden = eager_geglu_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate)
+    return torch.nn.functional.linear(hidden, down_weight, down_bias)
+
+
+def _mlp64(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, approximate="tanh"):
+    hidden = geglu_linear64(x, gate_weight, up_weight, gate_bias, up_bias, approximate)
+    return torch.nn.functional.linear(hidden, down_weight.double(), None if down_bias is None else down_bias.double())
+
+
+def _expected_down_proj_launches(kernel, device, tokens, dtype):
+    """[tokens] where the down projection's table has a configuration for them (bf16/fp16, one token), else []."""
+    gemm = kernel.triton_gemm_kernels
+    runs = dtype in gemm.FUSED_DTYPES and gemm.down_proj_config(tokens, 0, torch.empty(0, device=device).get_device())
+    return [tokens] if runs else []
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("tokens_shape", [(1,), (5,), (2, 9)], ids=str)
+def test_geglu_mlp_matches_eager(kernel, device, down_proj_launches, tokens_shape, dtype, bias):
+    """1 and 5 tokens: the plain GEMM (decode class); 18: past it, cuBLAS. Eager's error either way."""
+    operands = _mlp_operands(tokens_shape, 40, 70, dtype=dtype, device=device, bias=bias)
+    with torch.no_grad():
+        out = kernel.geglu_mlp(*operands)
+    _assert_within_eager_error(out, _eager_mlp(*operands), _mlp64(*operands))
+    assert down_proj_launches == _expected_down_proj_launches(kernel, device, math.prod(tokens_shape), dtype)
+
+
+def test_down_projections_of_large_weights_take_cublas(kernel, device, down_proj_launches, monkeypatch):
+    """Past DOWN_PROJ_MAX_WEIGHT_BYTES cuBLAS's GEMV is as fast: a weight one byte over it takes F.linear."""
+    operands = _mlp_operands((1,), 40, 70, dtype=torch.bfloat16, device=device)
+    caches = (kernel.triton_gemm_kernels.down_proj_config, kernel.device_tables.down_proj_gemm_config)
+    try:
+        for limit, expected in ((operands[3].nbytes, [1]), (operands[3].nbytes - 1, [])):
+            monkeypatch.setattr(kernel.device_tables, "DOWN_PROJ_MAX_WEIGHT_BYTES", limit)
+            for cache in caches:  # each remembers every (tokens, weight size, device) it answered for
+                cache.cache_clear()
+            with torch.no_grad():
+                kernel.geglu_mlp(*operands)
+            assert down_proj_launches == expected
+            down_proj_launches.clear()
+    finally:
+        for cache in caches:
+            cache.cache_clear()
+
+
+def test_geglu_mlp_with_a_gradient_takes_the_training_path(kernel, device, down_proj_launches):
+    """Weights requiring grad: the projections' GEMMs and geglu_down_proj; gradients as eager's."""
+    operands = _mlp_operands((4,), 24, 40, dtype=torch.bfloat16, device=device, bias=True)
+    ours, eager = ([t.clone().requires_grad_() for t in operands] for _ in range(2))
+    grad_y = randn(4, 24, dtype=torch.bfloat16, device=device)
+    kernel.geglu_mlp(*ours).backward(grad_y)
+    _eager_mlp(*eager).backward(grad_y)
+    assert down_proj_launches == []
+    for mine, theirs in zip(ours, eager):
+        assert rel_error(mine.grad, theirs.grad) <= 2e-2
+
+
+def test_geglu_mlp_empty_inputs(kernel, device):
+    for tokens_shape, hidden, intermediate in [((0,), 8, 6), ((3,), 8, 0), ((2,), 0, 6)]:
+        operands = _mlp_operands(tokens_shape, hidden, intermediate, dtype=torch.bfloat16, device=device, bias=True)
+        with torch.no_grad():
+            out = kernel.geglu_mlp(*operands)
+        assert torch.equal(out.float(), _eager_mlp(*operands).float())
+
+
+BAD_MLP_INPUTS = [
+    ({"down_weight": randn(8, 5)}, ValueError, "down_weight must be [hidden, 6]"),
+    ({"down_weight": randn(6)}, ValueError, "down_weight must be [hidden, 6]"),
+    ({"down_weight": randn(8, 6).half()}, TypeError, "down_weight must have x's dtype"),
+    ({"down_bias": randn(6)}, ValueError, "down_bias must have shape (8,)"),
+    ({"down_weight": None}, TypeError, "down_weight must be a torch.Tensor"),
+]
+
+
+@pytest.mark.parametrize("changes, error, message", BAD_MLP_INPUTS, ids=[b[-1] for b in BAD_MLP_INPUTS])
+def test_bad_mlp_inputs_get_clear_errors(kernel, changes, error, message):
+    args = {**_linear_args(), "down_weight": randn(8, 6), "down_bias": None, **changes}
+    with pytest.raises(error, match=re.escape(message)):
+        kernel.geglu_mlp(**args)
+
+
+@pytest.mark.kernels_ci
+def test_opcheck_geglu_mlp(kernel, device):
+    for dtype in (torch.bfloat16, torch.float32):
+        operands = _mlp_operands((3,), 16, 20, dtype=dtype, device=device, bias=True)
+        torch.library.opcheck(kernel.ops.geglu_mlp, (*operands, "tanh"))
+
+
+def test_torch_compile_geglu_mlp_has_no_graph_break(kernel, device):
+    operands = _mlp_operands((2, 5), 16, 24, dtype=torch.bfloat16, device=device, bias=True)
+
+    def forward(x):
+        return kernel.geglu_mlp(x, *operands[1:]) * 2
+
+    compiled = compile_fullgraph(forward, device)
+    with torch.no_grad():
+        assert rel_error(compiled(operands[0]), forward(operands[0])) <= 1e-2
+        assert torch._dynamo.explain(forward)(operands[0]).graph_break_count == 0

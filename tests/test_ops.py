@@ -113,6 +113,7 @@ def _every_function_on(kernel, make):
         "geglu": kernel.geglu(gate, up),
         "geglu_concat": kernel.geglu_concat(x, approximate="none"),
         "geglu_linear": kernel.geglu_linear(make(3, 8), weight, weight, make(20), None),
+        "geglu_mlp": kernel.geglu_mlp(make(3, 8), weight, weight, make(8, 20), None, None, make(8)),
         "geglu_down_proj": kernel.geglu_down_proj(gate, up, down_weight, bias),
         "gelu_and_mul": kernel.gelu_and_mul(make(3, 5, 20), x.detach()),
     }
@@ -125,6 +126,7 @@ EXPECTED_SHAPES = {
     "geglu": (3, 5, 20),
     "geglu_concat": (3, 5, 20),
     "geglu_linear": (3, 20),
+    "geglu_mlp": (3, 8),
     "geglu_down_proj": (3, 5, 8),
     "gelu_and_mul": (3, 5, 20),
 }

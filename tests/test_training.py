@@ -213,19 +213,21 @@ def test_training_path_only_computes_the_gradients_asked_for(kernel, device):
 
 def test_a_frozen_mlp_in_grad_mode_takes_the_inference_path(kernel, device, monkeypatch):
     """Grad mode on but nothing to differentiate (a frozen model called without no_grad): no autograd step,
-    the first half through geglu_linear (the fused GEMM at decode), eager's output."""
+    the inference path of geglu_mlp (the fused GEMM at decode), eager's output."""
     module = _mlp(24, 40, dtype=torch.bfloat16, device=device).requires_grad_(False)
     x = randn(3, 24, dtype=torch.bfloat16, device=device)
     reference = _copy(module)(x)
-    linear_calls = []
-    monkeypatch.setattr(kernel.layers, "geglu_down_proj", lambda *args, **kwargs: pytest.fail("training path taken"))
-    def counted_geglu_linear(*args, **kwargs):
-        linear_calls.append(1)
-        return kernel.geglu_linear(*args, **kwargs)
+    monkeypatch.setattr(kernel.functional, "geglu_down_proj", lambda *args, **kwargs: pytest.fail("training path taken"))
+    inference_calls = []
+    mlp_impl = kernel.ops.geglu_mlp_impl
 
-    monkeypatch.setattr(kernel.layers, "geglu_linear", counted_geglu_linear)
+    def counted_mlp_impl(*args, **kwargs):
+        inference_calls.append(1)
+        return mlp_impl(*args, **kwargs)
+
+    monkeypatch.setattr(kernel.ops, "geglu_mlp_impl", counted_mlp_impl)
     out = _kernelized(kernel, module)(x)
-    assert linear_calls == [1] and not out.requires_grad
+    assert inference_calls == [1] and not out.requires_grad
     assert rel_error(out, reference) <= 1e-2
 
 

@@ -7,6 +7,9 @@ Functions:
                                                gelu(x W_gate^T + b) * (x W_up^T + b), one GEMM for inference
     geglu_linear_concat(x, gate_up_weight, gate_up_bias=None, *, approximate="tanh")
                                                the same with a fused gate_up_proj weight
+    geglu_mlp(x, gate_weight, up_weight, down_weight, gate_bias=None, up_bias=None, down_bias=None, *, approximate="tanh")
+                                               the whole MLP: down_proj(geglu_linear(...)), the down
+                                               projection through the same GEMM at decode
     geglu_down_proj(gate, up, down_weight, down_bias=None, *, approximate="tanh")
                                                F.linear(gelu(gate) * up, W_down, b_down), for training:
                                                saves gate and up, not the GeGLU output
@@ -22,6 +25,7 @@ from .functional import (
     geglu_down_proj,
     geglu_linear,
     geglu_linear_concat,
+    geglu_mlp,
     gelu_and_mul,
     gelu_tanh_and_mul,
 )
@@ -32,6 +36,7 @@ __all__ = [
     "geglu_down_proj",
     "geglu_linear",
     "geglu_linear_concat",
+    "geglu_mlp",
     "gelu_and_mul",
     "gelu_tanh_and_mul",
     "layers",

@@ -111,6 +111,22 @@ def check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate: str
     _check_bias("up_bias", up_bias, bias_shape, "x", x)
 
 
+def check_mlp(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, approximate: str) -> None:
+    """``check_linear``'s operands, and down_proj's: weight [out, intermediate] (nn.Linear's layout), bias [out] or None.
+
+    Every tensor has x's dtype and device.
+    """
+    check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate)
+    _check_tensor("down_weight", down_weight)
+    if down_weight.dim() != 2 or down_weight.shape[1] != gate_weight.shape[0]:
+        raise ValueError(
+            f"down_weight must be [hidden, {gate_weight.shape[0]}] (nn.Linear's layout, its input = gate_weight's "
+            f"{gate_weight.shape[0]} rows), got {tuple(down_weight.shape)}"
+        )
+    _check_matches_input("down_weight", down_weight, "x", x)
+    _check_bias("down_bias", down_bias, down_weight.shape[:1], "x", x)
+
+
 def check_fused_gate_up(gate_up_weight, gate_up_bias) -> None:
     """A fused gate_up_proj: weight [2 * intermediate, hidden] with [gate | up] rows, bias [2 * intermediate] or None.
 

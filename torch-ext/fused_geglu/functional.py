@@ -21,6 +21,7 @@ from .checks import (
     check_fused_gate_up,
     check_gate_up,
     check_linear,
+    check_mlp,
     check_out,
     concat_output_shape,
 )
@@ -168,6 +169,43 @@ def geglu_down_proj(
     if needs_gradient(*operands):
         return ops.GeGLUDownProjFunction.apply(*operands, approximate)
     return ops.geglu_down_proj_impl(*operands, approximate)
+
+
+def geglu_mlp(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    down_weight: torch.Tensor,
+    gate_bias: Optional[torch.Tensor] = None,
+    up_bias: Optional[torch.Tensor] = None,
+    down_bias: Optional[torch.Tensor] = None,
+    *,
+    approximate: str = "tanh",
+) -> torch.Tensor:
+    """A whole GeGLU MLP from its weights: ``F.linear(geglu_linear(x, ...), down_weight, down_bias)``.
+
+    Args:
+        x, gate_weight, up_weight, gate_bias, up_bias, approximate: as in ``geglu_linear``.
+        down_weight: ``[hidden, intermediate]``, as ``nn.Linear`` holds it; x's dtype and device.
+        down_bias: ``[hidden]`` or None.
+
+    Without a gradient to compute (inference): ``geglu_linear``'s path for the
+    first half, and at decode on a GPU, in bf16/fp16, the down projection
+    through the same Triton GEMM (plain), whose launch costs the host less
+    than cuBLAS's; otherwise cuBLAS. With a gradient: the projections' GEMMs
+    and ``geglu_down_proj`` (autograd keeps x, gate and up, not the GeGLU output).
+
+    Returns:
+        ``[..., hidden]``.
+    """
+    operands = (x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias)
+    check_mlp(*operands, approximate)
+    if needs_gradient(*operands):
+        gate, up = F.linear(x, gate_weight, gate_bias), F.linear(x, up_weight, up_bias)
+        return geglu_down_proj(gate, up, down_weight, down_bias, approximate=approximate)
+    if _needs_registered_op(*operands):
+        return ops.geglu_mlp(*operands, approximate)
+    return ops.geglu_mlp_impl(*operands, approximate)
 
 
 def _gelu_and_mul_into(out: torch.Tensor, x: torch.Tensor, approximate: str) -> torch.Tensor:

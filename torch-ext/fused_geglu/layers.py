@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .functional import geglu, geglu_concat, geglu_down_proj, geglu_linear, needs_gradient
+from .functional import geglu, geglu_concat, geglu_down_proj, geglu_linear, geglu_mlp
 
 # transformers (5.22+) finds the module it builds in place of a mapped Gemma MLP
 # as ``<layer>Layout`` next to the layer: see layouts.py.
@@ -117,16 +117,18 @@ class GeGLUMLP(nn.Module):
     activation; any other activation runs the module's own (class) forward,
     unfused.
 
-    Training (a gradient to compute: grad mode on and a parameter or x
-    requiring it) with a plain ``nn.Linear`` ``down_proj``:
-    ``geglu_down_proj`` runs the GeGLU and ``down_proj`` as one autograd step
-    that keeps gate and up but not the GeGLU output (recomputed by the
-    backward kernel). Inference with plain ``nn.Linear`` gate and up
-    projections: ``geglu_linear`` computes the first half (one Triton GEMM
-    where it is faster). Projections that are not plain (quantized, LoRA,
-    hooked) are called as they are and only the GeGLU is fused. Under
-    ``torch.autocast`` the tensors it reads directly are cast to the autocast
-    dtype, as eager's ``nn.Linear`` casts them.
+    With three plain ``nn.Linear`` projections the whole MLP is ``geglu_mlp``
+    on their weights: for inference one fused GEMM for the first half and, at
+    decode, the same GEMM's plain form for the down projection; for training
+    (a gradient to compute: grad mode on and a parameter or x requiring it)
+    the projections' GEMMs and ``geglu_down_proj``, one autograd step that
+    keeps gate and up but not the GeGLU output (recomputed by the backward
+    kernel). Projections that are not plain (quantized, LoRA, hooked) are
+    called as they are: then only the GeGLU is fused, with ``geglu_down_proj``
+    in grad mode where ``down_proj`` is plain, and the first half through
+    ``geglu_linear`` where gate and up are. Under ``torch.autocast`` the
+    tensors it reads directly are cast to the autocast dtype, as eager's
+    ``nn.Linear`` casts them.
     """
 
     has_backward = True
@@ -143,27 +145,24 @@ class GeGLUMLP(nn.Module):
         # The projections called as modules cast for autocast themselves; those read directly are cast here.
         cast_to = autocast_dtype(x)
         # A plain nn.Linear's parameters are read from its _parameters (see _submodule).
+        if plain_projections and plain_down_proj:
+            gate, up, down = gate_proj._parameters, up_proj._parameters, down_proj._parameters
+            operands = (x, gate["weight"], up["weight"], down["weight"], gate["bias"], up["bias"], down["bias"])
+            if cast_to is not None:
+                operands = tuple(_cast(t, cast_to) for t in operands)
+            return geglu_mlp(*operands, approximate=approximate)
         if plain_down_proj and torch.is_grad_enabled():
-            # Training: a gradient to compute. Projections that are not plain may hold trainable
-            # parameters of their own (LoRA), so for them grad mode alone decides.
-            linears = (gate_proj, up_proj, down_proj)
-            if not plain_projections or needs_gradient(x, *(p for m in linears for p in m._parameters.values())):
-                down = down_proj._parameters
-                return geglu_down_proj(
-                    gate_proj(x),
-                    up_proj(x),
-                    _cast(down["weight"], cast_to),
-                    _cast(down["bias"], cast_to),
-                    approximate=approximate,
-                )
+            # Projections that are not plain may hold trainable parameters of their own (LoRA): grad mode decides.
+            down = down_proj._parameters
+            weight, bias = _cast(down["weight"], cast_to), _cast(down["bias"], cast_to)
+            return geglu_down_proj(gate_proj(x), up_proj(x), weight, bias, approximate=approximate)
         if plain_projections:
             gate, up = gate_proj._parameters, up_proj._parameters
             operands = (x, gate["weight"], up["weight"], gate["bias"], up["bias"])
             if cast_to is not None:
                 operands = tuple(_cast(t, cast_to) for t in operands)
-            hidden = geglu_linear(*operands, approximate=approximate)
-        else:
-            hidden = geglu(gate_proj(x), up_proj(x), approximate=approximate)
+            return down_proj(geglu_linear(*operands, approximate=approximate))
+        hidden = geglu(gate_proj(x), up_proj(x), approximate=approximate)
         if plain_down_proj:  # what calling it computes, without nn.Module's call machinery (autocast casts in F.linear)
             down = down_proj._parameters
             return F.linear(hidden, down["weight"], down["bias"])

@@ -23,6 +23,10 @@ call them under torch.compile and their implementations directly in eager mode):
   geglu_concat_out(out, x, approximate) -> None        writes into out
   geglu_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate) -> h
                                                        inference only, no autograd
+  geglu_mlp(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, approximate) -> y
+                                                       y = down_proj(geglu_linear(...)); inference only,
+                                                       no autograd; at decode the down projection is
+                                                       the GEMM kernel's plain form, not cuBLAS
   geglu_down_proj(gate, up, down_weight, down_bias, approximate) -> y
                                                        y = down_proj(geglu(gate, up)); saves gate
                                                        and up, not the GeGLU output h
@@ -234,6 +238,37 @@ def geglu_linear_impl(
     return out
 
 
+def linear_impl(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``: the GEMM kernel's plain form where the down projection's table has a
+    configuration for this many tokens and this weight (one token, a weight of Gemma3 4B's size or less),
+    in bf16/fp16, for a weight with contiguous rows; otherwise (or where Triton cannot compile it for the
+    device) cuBLAS through ``F.linear``. Where it runs it is faster than cuBLAS's GEMV (docs/PERFORMANCE.md, v14).
+    """
+    config = (
+        triton_gemm_kernels.down_proj_config(x.numel() // x.shape[-1], weight.nbytes, x.get_device())
+        if _runs_on_triton(x)
+        and x.dtype in triton_gemm_kernels.FUSED_DTYPES
+        and weight.stride(-1) == 1
+        and x.numel()
+        and weight.shape[0]  # (empty problems: F.linear)
+        else None
+    )
+    operand = None if config is None else _fused_linear_operand(x)
+    if operand is not None:
+        out = x.new_empty(x.shape[:-1] + (weight.shape[0],))
+        try:
+            triton_gemm_kernels.launch_linear(operand, weight, _unit_stride(bias), out, config)
+            return out
+        except KernelUnavailable as error:
+            _warn_of_fallback(error)
+    return F.linear(x, weight, bias)
+
+
+def geglu_mlp_impl(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, approximate: str):
+    """down_proj(gelu(x W_gate^T + b_gate) * (x W_up^T + b_up)): ``geglu_linear_impl``, then ``linear_impl``."""
+    return linear_impl(geglu_linear_impl(x, gate_weight, up_weight, gate_bias, up_bias, approximate), down_weight, down_bias)
+
+
 def geglu_down_proj_impl(gate, up, down_weight, down_bias, approximate: str) -> torch.Tensor:
     """down_proj(geglu(gate, up)); the GeGLU output is freed as soon as the GEMM has read it."""
     return F.linear(geglu_impl(gate, up, approximate), down_weight, down_bias)
@@ -373,6 +408,26 @@ def geglu_linear(
 @geglu_linear.register_fake
 def _(x, gate_weight, up_weight, gate_bias, up_bias, approximate):
     return x.new_empty(x.shape[:-1] + (gate_weight.shape[0],))
+
+
+@torch.library.custom_op(add_op_namespace_prefix("geglu_mlp"), mutates_args=())
+def geglu_mlp(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    down_weight: torch.Tensor,
+    gate_bias: Optional[torch.Tensor],
+    up_bias: Optional[torch.Tensor],
+    down_bias: Optional[torch.Tensor],
+    approximate: str,
+) -> torch.Tensor:
+    """Inference only: no autograd formula (functional.geglu_mlp takes another path when a gradient is needed)."""
+    return geglu_mlp_impl(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, approximate)
+
+
+@geglu_mlp.register_fake
+def _(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, approximate):
+    return x.new_empty(x.shape[:-1] + (down_weight.shape[0],))
 
 
 @torch.library.custom_op(add_op_namespace_prefix("geglu_backward_with_output"), mutates_args=())
