@@ -149,6 +149,9 @@ DOWN_PROJ_TABLES: tuple[tuple[int, TokenClasses], ...] = (
     (0, ((1, GemmConfig(1, 2, 2048, group_m=1, num_warps=8, num_stages=1)),)),
 )
 
+#: The most tokens any class of the down projection's tables serves (more: cuBLAS, decided first).
+DOWN_PROJ_MAX_TOKENS = max(most for _, table in DOWN_PROJ_TABLES for most, _ in table)
+
 #: The GEMV form runs down projections whose weight is at most this large; larger ones take
 #: cuBLAS. Side by side on the H200 it took 0.83x cuBLAS's GPU time on the 16 MB weight of
 #: Gemma3 1B, 0.99x and 1.03x on the 52 and 42 MB of Gemma3 4B and Gemma2 2B, and from 67 MB

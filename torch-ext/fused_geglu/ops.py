@@ -244,13 +244,15 @@ def linear_impl(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
     in bf16/fp16, for a weight with contiguous rows; otherwise (or where Triton cannot compile it for the
     device) cuBLAS through ``F.linear``. Where it runs it is faster than cuBLAS's GEMV (docs/PERFORMANCE.md, v14).
     """
+    n_in = x.shape[-1]
     config = (
-        triton_gemm_kernels.down_proj_config(x.numel() // x.shape[-1], weight.nbytes, x.get_device())
+        triton_gemm_kernels.down_proj_config(x.numel() // n_in, weight.nbytes, x.get_device())
         if _runs_on_triton(x)
+        # First what rejects prefill cheapest: more tokens than any class of the table (or none at all).
+        and 0 < x.numel() <= triton_gemm_kernels.DOWN_PROJ_MAX_TOKENS * n_in
+        and weight.shape[0]
         and x.dtype in triton_gemm_kernels.FUSED_DTYPES
         and weight.stride(-1) == 1
-        and x.numel()
-        and weight.shape[0]  # (empty problems: F.linear)
         else None
     )
     operand = None if config is None else _fused_linear_operand(x)

@@ -66,7 +66,14 @@ import torch
 import triton
 import triton.language as tl
 
-from .device_tables import FUSED_MAX_TOKENS, GemmConfig, describe_device, down_proj_gemm_config, gemm_config
+from .device_tables import (  # DOWN_PROJ_MAX_TOKENS: for ops.linear_impl, which imports this module only with triton
+    DOWN_PROJ_MAX_TOKENS,  # noqa: F401
+    FUSED_MAX_TOKENS,
+    GemmConfig,
+    describe_device,
+    down_proj_gemm_config,
+    gemm_config,
+)
 from .triton_kernels import RUNS_INTERPRETED, geglu_rounded_like_eager, needs_int64_offsets, round_to
 from .triton_launcher import Launcher, LaunchOptions
 
