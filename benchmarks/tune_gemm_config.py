@@ -1,6 +1,6 @@
 """Sweep the fused GeGLU GEMM's launch table on a GPU, against the paths it replaces.
 
-Evidence for ``device_tables.GEMM_TABLES`` and ``FUSED_MAX_TOKENS``.
+Evidence for ``device_tables.GEMM_TABLES``: its configurations, and its classes' token and weight limits.
 For each model size and token count it times, side by side on the same
 random inputs (medians of ``triton.testing.do_bench``, which clears the L2
 before every repetition; every weight matrix here is larger than the L2):
@@ -19,7 +19,7 @@ before every repetition; every weight matrix here is larger than the L2):
 The floor of the first half is the larger of reading both weights once at
 the measured copy bandwidth and its FLOPs (4 T H I) at the measured cuBLAS
 rate. Token counts from 32 to 256 locate where cuBLAS overtakes the fused
-kernel (``FUSED_MAX_TOKENS``). Every Gemma size's MLP is swept
+kernel, per MLP size (the tables' classes past 64 tokens). Every Gemma size's MLP is swept
 (``grid.GEMMA_MLPS``); each timed configuration records the shared memory
 and registers of its compiled kernel, so that tables for devices with less
 shared memory can be chosen from the same measurements. ``--sweep`` limits
@@ -173,7 +173,7 @@ def main() -> None:
         if args.down_proj:
             (weight,) = weights
             references = {"cublas": lambda: F.linear(x, weight)}
-            table = tables.down_proj_table(device)[0][1]  # every shape: the form's own configuration
+            table = tables.down_proj_table(device)[0].config  # every shape: the form's own configuration
 
             def ours_with(config):
                 return lambda: gemm.launch_linear(x, weight, None, out, config)
@@ -184,7 +184,7 @@ def main() -> None:
                 "eager": lambda: F.gelu(x @ w_gate.T, approximate=approximate) * (x @ w_up.T),
                 "cublas+ours": lambda: kernel.geglu(x @ w_gate.T, x @ w_up.T, approximate=approximate),
             }
-            table = tables.gemm_config(tokens, device)
+            table = tables.gemm_config(tokens, w_gate.nbytes, device)
 
             def ours_with(config):
                 return lambda: gemm.launch_geglu_linear(x, w_gate, w_up, None, None, out, approximate, config)

@@ -96,7 +96,8 @@ def gemm_jobs(kernel, target: Target, every: bool):
     position = [t.name for t in TARGETS].index(target.name)
     classes = [(True, entry) for entry in tables.gemm_table(device) or ()]
     classes += [(False, entry) for entry in tables.down_proj_table(device) or ()]
-    for j, (gated, (most_tokens, config)) in enumerate(classes):
+    for j, (gated, token_class) in enumerate(classes):
+        config = token_class.config
         chosen = combos if every else [combos[(position + 3 * j) % len(combos)]]
         for dtype, gelu, int64 in chosen:
             constexprs = dict(
@@ -112,7 +113,7 @@ def gemm_jobs(kernel, target: Target, every: bool):
                 INTERPRETED=False,
             )
             options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
-            yield ("mlp_gemm_kernel", target.name, dtype, constexprs, options, repr(config), most_tokens)
+            yield ("mlp_gemm_kernel", target.name, dtype, constexprs, options, repr(config), token_class.most_tokens)
 
 
 #: Per (kernel, element size): whose turn it is among the (dtype, GELU form, offsets) combinations.
@@ -193,7 +194,7 @@ def compile_job(job) -> dict:
         "gated": constexprs.get("GATED"),  # the GEMM's form (None: an elementwise kernel)
         "int64_offsets": constexprs["INT64_OFFSETS"],
         "config": config,
-        "most_tokens": most_tokens,  # GEMM: the token class the configuration serves (None: open-ended)
+        "most_tokens": most_tokens,  # GEMM: the most tokens of the class the configuration serves
         "num_warps": options["num_warps"],
         "shared_bytes": compiled.metadata.shared,
         **_registers(compiled, target.backend),

@@ -48,19 +48,46 @@ def test_the_down_projection_table_has_a_decode_class_only(kernel):
     tables = kernel.device_tables
     for needs, table in tables.DOWN_PROJ_TABLES:
         device = _traits(tables, "cuda", needs, 100, 32)
-        (most, config), = table
-        assert tables.down_proj_gemm_config(1, 0, device) == tables.down_proj_gemm_config(most, 0, device) == config
-        assert tables.down_proj_gemm_config(most + 1, 0, device) is None
+        (decode,) = table
+        assert tables.down_proj_gemm_config(1, 0, device) == tables.down_proj_gemm_config(decode.most_tokens, 0, device)
+        assert tables.down_proj_gemm_config(1, 0, device) == decode.config
+        assert tables.down_proj_gemm_config(decode.most_tokens + 1, 0, device) is None
 
 
-def test_the_h200_keeps_its_tuned_table_and_smaller_devices_get_smaller_stages(kernel):
+#: Each Gemma MLP's projection weights, in bytes (bf16): [intermediate, hidden] x 2 bytes.
+GEMMA_WEIGHT_BYTES = {
+    "Gemma3 1B": 6912 * 1152 * 2,
+    "Gemma2 2B": 9216 * 2304 * 2,
+    "Gemma3 4B": 10240 * 2560 * 2,
+    "Gemma 2B": 16384 * 2048 * 2,
+    "Gemma3 27B": 21504 * 5376 * 2,
+}
+
+
+def test_the_crossover_to_cublas_follows_the_h200_measurements(kernel):
+    """Which Gemma MLPs run fused past 64 tokens on the H200's table, as measured (device_tables' comments):
+    65-128 tokens up to Gemma3 4B's weights, not from Gemma 2B's 64 MiB; 129-256 only the 1B's."""
     tables = kernel.device_tables
     h200 = _traits(tables, "cuda", *DEVICES["H200 (sm_90)"])
-    a10g = _traits(tables, "cuda", *DEVICES["A10G (sm_86)"])
-    mi300 = _traits(tables, "hip", *DEVICES["MI300X (gfx942)"])
-    assert tables.gemm_config(1, h200) == tables.GemmConfig(16, 64, 128, 1, 4, 5)
-    assert tables.gemm_config(1, a10g).num_stages < 5
-    assert tables.gemm_config(1, mi300).block_n < 64
+    fused_to = {}
+    for name, weight_bytes in GEMMA_WEIGHT_BYTES.items():
+        served = [n for n in (1, 16, 64, 65, 128, 129, 256, 257, 4096) if tables.gemm_config(n, weight_bytes, h200)]
+        assert served == [n for n in served if n <= served[-1]]  # a prefix: fused up to a point, then cuBLAS
+        fused_to[name] = served[-1]
+    assert fused_to == {"Gemma3 1B": 256, "Gemma2 2B": 128, "Gemma3 4B": 128, "Gemma 2B": 64, "Gemma3 27B": 64}
+    # Devices whose crossover was not measured stop at 64 tokens whatever the weight.
+    for name in ("A100 (sm_80)", "A10G (sm_86)", "MI300X (gfx942)"):
+        device = _traits(tables, "cuda", *DEVICES[name])
+        assert tables.gemm_config(64, 1, device) is not None and tables.gemm_config(65, 1, device) is None
+    assert tables.FUSED_MAX_TOKENS == 256
+
+
+def test_the_down_projection_runs_our_gemm_on_small_weights_only(kernel):
+    """Our GEMV won on Gemma3 1B, Gemma2 2B and Gemma3 4B; from Gemma 2B's 64 MiB cuBLAS's is as fast."""
+    tables = kernel.device_tables
+    h200 = _traits(tables, "cuda", *DEVICES["H200 (sm_90)"])
+    runs = {name: tables.down_proj_gemm_config(1, nbytes, h200) is not None for name, nbytes in GEMMA_WEIGHT_BYTES.items()}
+    assert runs == {"Gemma3 1B": True, "Gemma2 2B": True, "Gemma3 4B": True, "Gemma 2B": False, "Gemma3 27B": False}
 
 
 def test_a_device_below_every_class_runs_projections_unfused(kernel, monkeypatch):
@@ -69,12 +96,12 @@ def test_a_device_below_every_class_runs_projections_unfused(kernel, monkeypatch
     tables, gemm = kernel.device_tables, kernel.triton_gemm_kernels
     smallest = min(needs for needs, _ in tables.GEMM_TABLES)
     tiny = _traits(tables, "cuda", smallest - 1, 40, 32)
-    assert tables.gemm_table(tiny) is None and tables.gemm_config(1, tiny) is None
+    assert tables.gemm_table(tiny) is None and tables.gemm_config(1, 0, tiny) is None
     assert tables.down_proj_gemm_config(1, 0, tiny) is not None
     monkeypatch.setattr(gemm, "describe_device", lambda index: tiny)
-    gemm.fused_config.cache_clear()  # it remembers each (tokens, device) it answered for
+    gemm.fused_config.cache_clear()  # it remembers each (tokens, weight size, device) it answered for
     try:
-        assert gemm.fused_config(1, torch.empty(1, 64).get_device()) is None
+        assert gemm.fused_config(1, 0, torch.empty(1, 64).get_device()) is None
     finally:
         gemm.fused_config.cache_clear()
 

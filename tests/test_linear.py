@@ -1,15 +1,16 @@
 """geglu_linear: the gate and up projections and the GeGLU in one Triton GEMM (inference), else two GEMMs;
 geglu_mlp: that, then the down projection through the same GEMM's plain form at decode, else cuBLAS.
 
-On the CPU the fused kernel runs under TRITON_INTERPRET=1 at every token
-count (the launch table's classes are all exercised through explicit
-configs); on a GPU it runs where the launch table says it pays off. The
-plain form runs where the down projection's table has a configuration (its
-decode class), under the interpreter as on a GPU.
+On the CPU the kernels run under TRITON_INTERPRET=1 with the H200's launch
+tables; on a GPU with the device's own. Either way the fused kernel runs
+where its table has a class for the call (every class's configuration is
+also exercised explicitly), and the plain form where the down projection's
+table has one (its decode class).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -99,7 +100,7 @@ def test_geglu_linear_matches_eager(kernel, device, tokens_shape, hidden, interm
 def test_every_launch_table_config_is_correct(kernel, device, dtype):
     """Each class's tiles, of every device's table, on a problem that none of its block sizes divides (tails)."""
     gemm = kernel.triton_gemm_kernels
-    for config in {config for _, table in kernel.device_tables.GEMM_TABLES for _, config in table}:
+    for config in {c.config for _, table in kernel.device_tables.GEMM_TABLES for c in table}:
         tokens = config.block_m + 3
         operands = linear_inputs((tokens,), config.block_k + 40, config.block_n + 5, dtype=dtype, device=device, bias=True)
         x, gate_weight, up_weight, gate_bias, up_bias = operands
@@ -113,7 +114,7 @@ def test_every_launch_table_config_is_correct(kernel, device, dtype):
 def test_every_down_proj_table_config_is_correct(kernel, device, dtype):
     """The plain form with each device's down-projection configuration, on a problem none of its block sizes divides."""
     gemm = kernel.triton_gemm_kernels
-    for config in {config for _, table in kernel.device_tables.DOWN_PROJ_TABLES for _, config in table}:
+    for config in {c.config for _, table in kernel.device_tables.DOWN_PROJ_TABLES for c in table}:
         tokens, n_in, n_out = config.block_m + 3, config.block_k + 40, config.block_n + 5
         x = randn(tokens, n_in, dtype=dtype, device=device)
         weight = randn(n_out, n_in, dtype=dtype, device=device, scale=n_in**-0.5)
@@ -136,7 +137,7 @@ def test_biases_of_any_stride(kernel, device, fused_launches, make_bias):
     with torch.no_grad():
         out = kernel.geglu_linear(*operands)
     _assert_matches_eager_error(out, operands, "tanh")
-    assert fused_launches == ([5] if kernel.triton_gemm_kernels.fused_pays_off(5) else [])
+    assert fused_launches == _expected_fused_launches(kernel, device, 5, operands[1])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
@@ -144,8 +145,21 @@ def test_inference_runs_the_fused_kernel(kernel, device, fused_launches, dtype):
     operands = linear_inputs((3,), 48, 40, dtype=dtype, device=device)
     with torch.no_grad():
         kernel.geglu_linear(*operands)
-    expected = [3] if kernel.triton_gemm_kernels.fused_pays_off(3) else []
+    assert fused_launches == _expected_fused_launches(kernel, device, 3, operands[1])
+
+
+@pytest.mark.parametrize("tokens", [64, 65, 200, 257])
+def test_the_table_decides_where_cublas_takes_over(kernel, device, fused_launches, tokens):
+    """Small weights run fused past 64 tokens where the device's table has a class for them (the H200's:
+    to 256 tokens), cuBLAS past it; eager's result either way."""
+    operands = linear_inputs((tokens,), 48, 40, dtype=torch.bfloat16, device=device, bias=True)
+    with torch.no_grad():
+        out = kernel.geglu_linear(*operands)
+    _assert_matches_eager_error(out, operands, "tanh")
+    expected = _expected_fused_launches(kernel, device, tokens, operands[1])
     assert fused_launches == expected
+    if device == "cpu":  # the interpreter runs the H200's table
+        assert expected == ([tokens] if tokens <= 256 else [])
 
 
 def test_gradients_take_the_differentiable_path(kernel, device, fused_launches):
@@ -294,7 +308,7 @@ def test_the_layer_runs_plain_projections_through_geglu_mlp(kernel, device, fuse
     out = _kernel_forward(kernel, module, x)
     with torch.no_grad():
         assert rel_error(out, module(x)) <= 1e-2
-    assert fused_launches == ([6] if kernel.triton_gemm_kernels.fused_pays_off(6) else [])
+    assert fused_launches == _expected_fused_launches(kernel, device, 6, module.gate_proj.weight)
     assert down_proj_launches == _expected_down_proj_launches(kernel, device, 6, torch.bfloat16)
 
 
@@ -308,7 +322,7 @@ def test_geglu_mlp_under_autocast_runs_in_its_dtype(kernel, device, fused_launch
             expected = module(x)
     assert out.dtype == expected.dtype == torch.bfloat16
     assert rel_error(out, expected) <= 1e-2
-    assert fused_launches == ([6] if kernel.triton_gemm_kernels.fused_pays_off(6) else [])
+    assert fused_launches == _expected_fused_launches(kernel, device, 6, module.gate_proj.weight.bfloat16())
 
 
 def test_geglu_mlp_calls_projections_that_are_not_plain_linear(kernel, device, fused_launches):
@@ -347,6 +361,12 @@ def _mlp64(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias
     return torch.nn.functional.linear(hidden, down_weight.double(), None if down_bias is None else down_bias.double())
 
 
+def _expected_fused_launches(kernel, device, tokens, gate_weight):
+    """[tokens] where the device's fused GEMM table has a class for this many tokens through this weight, else []."""
+    config = kernel.triton_gemm_kernels.fused_config(tokens, gate_weight.nbytes, gate_weight.get_device())
+    return [tokens] if config else []
+
+
 def _expected_down_proj_launches(kernel, device, tokens, dtype):
     """[tokens] where the down projection's table has a configuration for them (bf16/fp16, one token), else []."""
     gemm = kernel.triton_gemm_kernels
@@ -368,12 +388,17 @@ def test_geglu_mlp_matches_eager(kernel, device, down_proj_launches, tokens_shap
 
 
 def test_down_projections_of_large_weights_take_cublas(kernel, device, down_proj_launches, monkeypatch):
-    """Past DOWN_PROJ_MAX_WEIGHT_BYTES cuBLAS's GEMV is as fast: a weight one byte over it takes F.linear."""
+    """Past its class's weight limit cuBLAS's GEMV is as fast: a weight one byte over it takes F.linear."""
+    tables = kernel.device_tables
     operands = _mlp_operands((1,), 40, 70, dtype=torch.bfloat16, device=device)
-    caches = (kernel.triton_gemm_kernels.down_proj_config, kernel.device_tables.down_proj_gemm_config)
+    caches = (kernel.triton_gemm_kernels.down_proj_config, tables.down_proj_gemm_config)
     try:
         for limit, expected in ((operands[3].nbytes, [1]), (operands[3].nbytes - 1, [])):
-            monkeypatch.setattr(kernel.device_tables, "DOWN_PROJ_MAX_WEIGHT_BYTES", limit)
+            limited = tuple(
+                (needs, tuple(dataclasses.replace(c, max_weight_bytes=limit) for c in table))
+                for needs, table in tables.DOWN_PROJ_TABLES
+            )
+            monkeypatch.setattr(tables, "DOWN_PROJ_TABLES", limited)
             for cache in caches:  # each remembers every (tokens, weight size, device) it answered for
                 cache.cache_clear()
             with torch.no_grad():

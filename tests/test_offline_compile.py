@@ -67,7 +67,7 @@ def test_every_table_configuration_is_compiled(kernel, compiled, target):
     for gated, table in ((True, tables.gemm_table(traits)), (False, tables.down_proj_table(traits))):
         assert table is not None, f"no {'fused' if gated else 'down projection'} GEMM table for {target.name}"
         gemm = {r["config"] for r in results if r["kernel"] == "mlp_gemm_kernel" and r["gated"] == gated}
-        assert gemm == {repr(config) for _, config in table}
+        assert gemm == {repr(token_class.config) for token_class in table}
     if EVERY_COMBINATION or FULL_ELEMENTWISE_TARGET[target.warp_size] == target.name:
         backward = {r["config"] for r in results if r["kernel"] == "geglu_backward_kernel"}
         expected = set()
@@ -80,7 +80,7 @@ def test_every_table_configuration_is_compiled(kernel, compiled, target):
             assert repr(tables.elementwise_config(1, 2**30, element_size, target.warp_size)) in contiguous
 
 
-def limit_violations(result: dict, target, fused_max_tokens: int) -> list[str]:
+def limit_violations(result: dict, target) -> list[str]:
     """How one compilation exceeds the target's limits (none: it fits)."""
     where = f"{result['kernel']} {result['config']} {result['dtype']} {result['gelu']} on {target.name}"
     violations = []
@@ -93,12 +93,8 @@ def limit_violations(result: dict, target, fused_max_tokens: int) -> list[str]:
         block = per_thread * result["num_warps"] * target.warp_size
         if block > target.register_file:
             violations.append(f"{where}: {block} registers per block, {target.register_file} per SM")
-    # What GPUs run (decode and mid GEMM classes, elementwise kernels) must not spill registers;
-    # the prefill class runs only under the interpreter and for tuning (cuBLAS past FUSED_MAX_TOKENS).
-    runs_on_gpus = result["kernel"] != "mlp_gemm_kernel" or (
-        result["most_tokens"] is not None and result["most_tokens"] <= fused_max_tokens
-    )
-    if runs_on_gpus and result["stack_bytes"]:
+    # Every configuration a table holds runs on GPUs: none may spill registers to local memory.
+    if result["stack_bytes"]:
         violations.append(f"{where}: spills {result['stack_bytes']} bytes")
     return violations
 
@@ -106,9 +102,8 @@ def limit_violations(result: dict, target, fused_max_tokens: int) -> list[str]:
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
 def test_compiled_kernels_fit_the_target(kernel, compiled, target):
     """Shared memory within the opt-in maximum; registers within a thread's and the register file's limits."""
-    fused_max_tokens = kernel.device_tables.FUSED_MAX_TOKENS
     results = _results_for(compiled, target)
-    assert [v for result in results for v in limit_violations(result, target, fused_max_tokens)] == []
+    assert [v for result in results for v in limit_violations(result, target)] == []
 
 
 def test_the_limits_catch_what_broke_decode_on_99_kb_gpus():
@@ -118,9 +113,9 @@ def test_the_limits_catch_what_broke_decode_on_99_kb_gpus():
         "kernel": "mlp_gemm_kernel", "config": "16x64x128, 5 stages", "dtype": "bf16", "gelu": "tanh",
         "most_tokens": 16, "num_warps": 4, "shared_bytes": 147_456, "registers": 103, "stack_bytes": 0,
     }
-    assert len(limit_violations(h200_decode, sm_86, 64)) == 1
+    assert len(limit_violations(h200_decode, sm_86)) == 1
     too_many_registers = {**h200_decode, "shared_bytes": 49_152, "registers": 255, "num_warps": 16}
-    assert len(limit_violations(too_many_registers, sm_86, 64)) == 1
+    assert len(limit_violations(too_many_registers, sm_86)) == 1
     spilling_decode = {**h200_decode, "shared_bytes": 73_728, "stack_bytes": 136}
-    assert len(limit_violations(spilling_decode, sm_86, 64)) == 1
-    assert limit_violations({**spilling_decode, "most_tokens": None}, sm_86, 64) == []
+    assert len(limit_violations(spilling_decode, sm_86)) == 1
+    assert limit_violations({**spilling_decode, "stack_bytes": 0}, sm_86) == []

@@ -10,17 +10,21 @@ still gets configurations that fit it.
 Fused GEMM (``triton_gemm_kernels``)
 ------------------------------------
 ``GEMM_TABLES`` holds one launch table per shared-memory class: a device
-gets the first table whose class its shared memory reaches. A table maps
-token counts to a configuration (decode, mid, prefill classes; see
-``triton_gemm_kernels``). Triton needs ``(num_stages - 1) x (BLOCK_M +
-2 BLOCK_N) x BLOCK_K x 2`` bytes of shared memory for the pipelined loads of
-x and both weights (``num_stages`` buffers on sm_90/sm_100 for some tiles),
-so the ~100 KB and 64 KB classes take fewer stages or narrower tiles.
-A device with less shared memory than the smallest class gets no table:
-its projections run as two GEMMs and the activation kernel.
-``tests/test_offline_compile.py`` compiles every configuration each table
-can pick for sm_80, sm_86, sm_89, sm_90, sm_100, sm_120 and gfx90a/gfx942,
-and checks shared memory and registers against those targets' limits.
+gets the first table whose class its shared memory reaches. A table is a
+list of token classes: each serves calls of at most ``most_tokens`` tokens
+whose weight (one projection's) is at most ``max_weight_bytes``, with one
+configuration. A call no class serves runs on cuBLAS: the table is also
+where the fused kernel stops paying off, per device class and per weight
+size (our tiles beat cuBLAS's longer on small weights, whose grids are
+small). Triton needs ``(num_stages - 1) x (BLOCK_M + 2 BLOCK_N) x BLOCK_K x 2``
+bytes of shared memory for the pipelined loads of x and both weights
+(``num_stages`` buffers on sm_90/sm_100 for some tiles), so the ~100 KB and
+64 KB classes take fewer stages or narrower tiles. A device with less
+shared memory than the smallest class gets no table: its projections run as
+two GEMMs and the activation kernel. ``tests/test_offline_compile.py``
+compiles every configuration each table can pick for sm_80, sm_86, sm_89,
+sm_90, sm_100, sm_120 and gfx90a/gfx942, and checks shared memory,
+registers and spills against those targets' limits.
 
 Elementwise kernels (``triton_kernels``)
 ----------------------------------------
@@ -87,56 +91,65 @@ class GemmConfig:
     num_stages: int
 
 
-#: A launch table: (most tokens of the class, config), the last class open-ended (None).
-TokenClasses = tuple[tuple[Optional[int], GemmConfig], ...]
+@dataclass(frozen=True)
+class TokenClass:
+    """Calls of at most ``most_tokens`` tokens, through a weight of at most ``max_weight_bytes``, run ``config``."""
+
+    most_tokens: int
+    config: GemmConfig
+    max_weight_bytes: Optional[int] = None  # None: any weight
+
+    def serves(self, n_tokens: int, weight_bytes: int) -> bool:
+        return n_tokens <= self.most_tokens and (self.max_weight_bytes is None or weight_bytes <= self.max_weight_bytes)
+
+
+#: A launch table: its token classes, fewest tokens first; the first that serves a call runs it.
+LaunchTable = tuple[TokenClass, ...]
+
+MiB = 2**20
+
+#: The configurations the tables share. Source of every configuration: the H200 sweeps of
+#: benchmarks/tune_gemm_config.py, restricted to what fits each class (GPU times quoted are the
+#: sweeps' geometric means over the cells of the class: benchmarks/results/2026-12-02-h200-session2/
+#: gemm_sweep_v1.json for Gemma 2B, 7B and Gemma3 27B, 2026-12-03-h200-sweep-all/gemm_sweep_all.json
+#: for every Gemma size's decode). Shared memory: as Triton 3.9 compiles them.
+#: 144 KB. Over all nine Gemma MLPs at 1-16 tokens 1.044x each cell's best, where 3 stages
+#: (72 KB) give 1.028x, but at one token, batch-1 decode, 5 stages are 3-10% faster on the 7B,
+#: 9B, 12B and 27B MLPs.
+DECODE_5_STAGES = GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=5)
+#: 48-72 KB, 79.9 us at 17-64 tokens: the best there, and it fits every class.
+MID = GemmConfig(64, 64, 64, group_m=8, num_warps=4, num_stages=3)
+
+#: Past 64 tokens the fused kernel beats two cuBLAS GEMMs and the activation kernel on small
+#: weights only (H200): at 128 tokens MID took 0.86x, 0.93x and 0.94x their time on the MLPs of
+#: Gemma3 1B, Gemma2 2B and Gemma3 4B (the largest, 50 MiB per weight) and 1.01-1.20x on the six
+#: from Gemma 2B (64 MiB) up (docs/PERFORMANCE.md, v10); at 256 tokens 128x128x64 tiles with
+#: 4 stages took 0.85x their time on the 1B (16 MiB per weight; 108 programs: one wave on 132
+#: SMs) and lost on Gemma2 2B and Gemma3 4B (v12). Both classes are on the table that was
+#: measured only; 128x128x64 tiles spill registers on sm_80, sm_86, sm_89 and sm_120.
+SMALL_WEIGHT_BYTES = 50 * MiB
+TINY_WEIGHT_BYTES = 16 * MiB
 
 #: Launch tables by the least shared memory per block the device must offer, largest class first.
-#: Source of every configuration: the H200 sweeps of benchmarks/tune_gemm_config.py
-#: (benchmarks/results/2026-12-02-h200-session2/gemm_sweep_v1.json: geometric mean over
-#: Gemma 2B, 7B and Gemma3 27B cells of each class; the decode class of the largest table from
-#: benchmarks/results/2026-12-03-h200-sweep-all/gemm_sweep_all.json, every Gemma size),
-#: restricted to the configurations that fit the class; the H200 times quoted are those
-#: geometric means. Shared memory: as Triton 3.9
-#: compiles the configuration for the class's first target named (tests/test_offline_compile.py
-#: checks every target).
-GEMM_TABLES: tuple[tuple[int, TokenClasses], ...] = (
-    # 163 KB and up (sm_90, sm_100 232,448 B; sm_80 166,912 B): the H200-tuned table.
+GEMM_TABLES: tuple[tuple[int, LaunchTable], ...] = (
+    # 227 KB (sm_90, sm_100: 232,448 B): the H200-tuned table.
     (
-        166_912,
+        232_448,
         (
-            # 144 KB. Checked on all nine Gemma MLPs (2026-12-03-h200-sweep-all): 1.044x each cell's
-            # best over the 27 cells of 1-16 tokens, where 3 stages (72 KB) give 1.028x, but at one
-            # token, batch-1 decode, 5 stages are 3-10% faster on the 7B, 9B, 12B and 27B MLPs.
-            (16, GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=5)),
-            (64, GemmConfig(64, 64, 64, group_m=8, num_warps=4, num_stages=3)),  # 72 KB, 79.9 us: best
-            (None, GemmConfig(128, 128, 64, group_m=8, num_warps=8, num_stages=3)),  # 144 KB, 990 us: best
+            TokenClass(16, DECODE_5_STAGES),
+            TokenClass(64, MID),
+            TokenClass(128, MID, max_weight_bytes=SMALL_WEIGHT_BYTES),
+            TokenClass(256, GemmConfig(128, 128, 64, group_m=8, num_warps=8, num_stages=4), TINY_WEIGHT_BYTES),
         ),
     ),
+    # 163 KB (sm_80: 166,912 B): the H200's decode and mid classes.
+    (166_912, (TokenClass(16, DECODE_5_STAGES), TokenClass(64, MID))),
     # 99 KB (sm_86, sm_89, sm_120 101,376 B; Intel Max 128 KB SLM).
-    (
-        101_376,
-        (
-            (16, GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=3)),  # 72 KB, 77.4 us (best 77.3)
-            (64, GemmConfig(64, 64, 64, group_m=8, num_warps=4, num_stages=3)),  # 48 KB, 79.9 us: best
-            # 72 KB, 1087 us; the best (990 us) spills registers on sm_86/sm_120 and leaves no headroom.
-            (None, GemmConfig(128, 128, 32, group_m=8, num_warps=8, num_stages=4)),
-        ),
-    ),
-    # 64 KB (AMD CDNA LDS, gfx90a/gfx942 65,536 B; sm_75).
-    (
-        65_536,
-        (
-            (16, GemmConfig(16, 32, 128, group_m=1, num_warps=4, num_stages=3)),  # 40 KB, 82.5 us (best 77.3)
-            (64, GemmConfig(64, 64, 64, group_m=8, num_warps=4, num_stages=3)),  # 48 KB, 79.9 us: best
-            (None, GemmConfig(128, 128, 32, group_m=8, num_warps=8, num_stages=3)),  # 48 KB, 1177 us (best 990)
-        ),
-    ),
+    # 72 KB, 77.4 us (best 77.3).
+    (101_376, (TokenClass(16, GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=3)), TokenClass(64, MID))),
+    # 64 KB (AMD CDNA LDS, gfx90a/gfx942 65,536 B; sm_75). 40 KB, 82.5 us (best 77.3).
+    (65_536, (TokenClass(16, GemmConfig(16, 32, 128, group_m=1, num_warps=4, num_stages=3)), TokenClass(64, MID))),
 )
-
-#: The fused kernel is the default up to this many tokens; past it, two
-#: cuBLAS GEMMs and the activation kernel are faster (H200, every Gemma size:
-#: docs/PERFORMANCE.md, v10).
-FUSED_MAX_TOKENS = 64
 
 #: The down projection's tables (the GEMM kernel's plain form, one weight [hidden, intermediate]),
 #: keyed as GEMM_TABLES. One class, for one token: the GEMV form (BLOCK_M 1), whose loads go
@@ -145,52 +158,55 @@ FUSED_MAX_TOKENS = 64
 #: at 16 tokens on the 1B by 1.17x. Source: benchmarks/results/2026-12-03-h200-v14/
 #: gemv_sweep_down-proj.json, every Gemma size's down projection at one token: the one
 #: configuration closest to each shape's best (1.05x their geometric mean; docs/PERFORMANCE.md, v14).
-DOWN_PROJ_TABLES: tuple[tuple[int, TokenClasses], ...] = (
-    (0, ((1, GemmConfig(1, 2, 2048, group_m=1, num_warps=8, num_stages=1)),)),
+#: Weights up to SMALL_WEIGHT_BYTES: side by side with cuBLAS's GEMV it took 0.83x its GPU time on
+#: Gemma3 1B's 16 MiB, 0.99x and 1.03x on Gemma3 4B's 50 MiB and Gemma2 2B's 40.5 MiB (a few
+#: hundred nanoseconds, against a microsecond of host time saved), and from Gemma 2B's 64 MiB
+#: 0.97-1.07x: there cuBLAS's GEMV is as fast or faster.
+DOWN_PROJ_TABLES: tuple[tuple[int, LaunchTable], ...] = (
+    (0, (TokenClass(1, GemmConfig(1, 2, 2048, group_m=1, num_warps=8, num_stages=1), SMALL_WEIGHT_BYTES),)),
 )
 
-#: The most tokens any class of the down projection's tables serves (more: cuBLAS, decided first).
-DOWN_PROJ_MAX_TOKENS = max(most for _, table in DOWN_PROJ_TABLES for most, _ in table)
 
-#: The GEMV form runs down projections whose weight is at most this large; larger ones take
-#: cuBLAS. Side by side on the H200 it took 0.83x cuBLAS's GPU time on the 16 MB weight of
-#: Gemma3 1B, 0.99x and 1.03x on the 52 and 42 MB of Gemma3 4B and Gemma2 2B, and from 67 MB
-#: 0.97-1.07x (Gemma 2B 1.06x, Gemma3 27B 1.07x): past this size cuBLAS's GEMV is as fast or faster.
-DOWN_PROJ_MAX_WEIGHT_BYTES = 64 * 2**20
+def _most_tokens(tables: tuple[tuple[int, LaunchTable], ...]) -> int:
+    return max(token_class.most_tokens for _, table in tables for token_class in table)
 
 
-def _table_for(tables: tuple[tuple[int, TokenClasses], ...], device: DeviceTraits) -> Optional[TokenClasses]:
+#: The most tokens any class serves (more: cuBLAS, decided first, before a cached lookup per token count).
+FUSED_MAX_TOKENS = _most_tokens(GEMM_TABLES)
+DOWN_PROJ_MAX_TOKENS = _most_tokens(DOWN_PROJ_TABLES)
+
+
+def _table_for(tables: tuple[tuple[int, LaunchTable], ...], device: DeviceTraits) -> Optional[LaunchTable]:
     """The table of the largest shared-memory class the device reaches, or None below them all."""
     return next((table for needs, table in tables if device.shared_memory >= needs), None)
 
 
-def _class_config(table: Optional[TokenClasses], n_tokens: int) -> Optional[GemmConfig]:
-    """The configuration of the token class that ``n_tokens`` falls in, or None (no table, or past its last class)."""
-    return next((config for most, config in table or () if most is None or n_tokens <= most), None)
+def _class_config(table: Optional[LaunchTable], n_tokens: int, weight_bytes: int) -> Optional[GemmConfig]:
+    """The configuration of the first class that serves the call, or None (no table, or no class serves it)."""
+    return next((c.config for c in table or () if c.serves(n_tokens, weight_bytes)), None)
 
 
-def gemm_table(device: DeviceTraits) -> Optional[TokenClasses]:
+def gemm_table(device: DeviceTraits) -> Optional[LaunchTable]:
     """The fused GEMM's launch table for the device, or None below every class."""
     return _table_for(GEMM_TABLES, device)
 
 
-def down_proj_table(device: DeviceTraits) -> Optional[TokenClasses]:
+def down_proj_table(device: DeviceTraits) -> Optional[LaunchTable]:
     """The down projection's launch table for the device, or None below every class."""
     return _table_for(DOWN_PROJ_TABLES, device)
 
 
 @functools.lru_cache(maxsize=1024)
-def gemm_config(n_tokens: int, device: DeviceTraits) -> Optional[GemmConfig]:
-    """The fused GEMM's configuration for this many tokens on this device, or None where no table fits it."""
-    return _class_config(gemm_table(device), n_tokens)
+def gemm_config(n_tokens: int, weight_bytes: int, device: DeviceTraits) -> Optional[GemmConfig]:
+    """The fused GEMM's configuration for this many tokens through weights of this size on this device,
+    or None: two cuBLAS GEMMs and the activation kernel run it."""
+    return _class_config(gemm_table(device), n_tokens, weight_bytes)
 
 
 @functools.lru_cache(maxsize=1024)
 def down_proj_gemm_config(n_tokens: int, weight_bytes: int, device: DeviceTraits) -> Optional[GemmConfig]:
     """The down projection's configuration for this many tokens and this weight on this device, or None: cuBLAS runs it."""
-    if weight_bytes > DOWN_PROJ_MAX_WEIGHT_BYTES:
-        return None
-    return _class_config(down_proj_table(device), n_tokens)
+    return _class_config(down_proj_table(device), n_tokens, weight_bytes)
 
 
 # --- elementwise kernels -----------------------------------------------------------

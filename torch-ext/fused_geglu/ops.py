@@ -205,7 +205,8 @@ def geglu_linear_impl(
 
     One fused GEMM where it runs: on Triton devices, bf16/fp16, weights with
     contiguous rows (as nn.Linear's are), x with a row view, and where the
-    device's launch table says it beats two GEMMs and the activation kernel.
+    device's launch table says it beats two GEMMs and the activation kernel
+    for this many tokens and weights of this size.
     Otherwise (or where Triton cannot compile it for the device) two GEMMs
     and the activation kernel (or its PyTorch fallback).
 
@@ -217,8 +218,10 @@ def geglu_linear_impl(
     if out.numel() == 0:
         return out
     config = (
-        triton_gemm_kernels.fused_config(out.numel() // n_out, x.get_device())
+        triton_gemm_kernels.fused_config(out.numel() // n_out, gate_weight.nbytes, x.get_device())
         if _runs_on_triton(x)
+        # First what rejects prefill cheapest: more tokens than any class of the table.
+        and out.numel() <= triton_gemm_kernels.FUSED_MAX_TOKENS * n_out
         and x.dtype in triton_gemm_kernels.FUSED_DTYPES
         and gate_weight.stride(-1) == 1
         and up_weight.stride(-1) == 1

@@ -41,11 +41,11 @@ device) have these token classes:
   leaves most SMs idle. There BLOCK_M is 1 (the GEMV form, see
   ``_multiply_accumulate``) and BLOCK_N 2: one program per two rows of the
   weight, thousands of programs whose loads go straight to registers.
-- mid (up to 64 tokens) and prefill, gated only: compute-bound. Larger
-  tiles; programs run in groups of GROUP_M row tiles that share each weight
-  tile while it is in L2. Past 64 tokens two cuBLAS GEMMs are faster on GPUs
-  (``FUSED_MAX_TOKENS``); the prefill class runs under the interpreter and
-  for tuning.
+- mid (17-64 tokens, and on small weights up to 256), gated only:
+  compute-bound. Larger tiles; programs run in groups of GROUP_M row tiles
+  that share each weight tile while it is in L2. Past the table's last class
+  that serves a call, two cuBLAS GEMMs are faster on GPUs: past 64 tokens
+  on most weights, past 128 or 256 on small ones (``device_tables``).
 
 Rounding points
 ---------------
@@ -66,9 +66,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .device_tables import (  # DOWN_PROJ_MAX_TOKENS: for ops.linear_impl, which imports this module only with triton
+from .device_tables import (  # *_MAX_TOKENS: for ops, which imports this module only with triton
     DOWN_PROJ_MAX_TOKENS,  # noqa: F401
-    FUSED_MAX_TOKENS,
+    FUSED_MAX_TOKENS,  # noqa: F401
     GemmConfig,
     describe_device,
     down_proj_gemm_config,
@@ -189,23 +189,18 @@ def mlp_gemm_kernel(
     tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :], out, mask=mask)
 
 
-def fused_pays_off(n_tokens: int) -> bool:
-    """Whether the fused kernel is the faster path for this many tokens.
-
-    Under the interpreter it always runs, so that the CPU tests exercise it.
-    """
-    return RUNS_INTERPRETED or n_tokens <= FUSED_MAX_TOKENS
-
-
 @functools.lru_cache(maxsize=256)
-def fused_config(n_tokens: int, device_index: int) -> Optional[GemmConfig]:
-    """The configuration to run the fused kernel with for this many tokens on this device, or None where it should not run.
+def fused_config(n_tokens: int, weight_bytes: int, device_index: int) -> Optional[GemmConfig]:
+    """The configuration to run the fused kernel with for this many tokens through weights of this size
+    (one projection's) on this device, or None where it should not run.
 
-    It runs where it pays off and the device has a launch table (enough
-    shared memory). ``device_index`` is a tensor's ``get_device()`` (-1: the
-    interpreter). Cached on the two integers: one lookup per call.
+    It runs where the device's launch table has a class for the call: where
+    the device has enough shared memory, and the fused kernel beats two
+    cuBLAS GEMMs and the activation kernel. ``device_index`` is a tensor's
+    ``get_device()`` (-1: the interpreter, which runs the H200's table).
+    Cached on the three integers: one lookup per call.
     """
-    return gemm_config(n_tokens, describe_device(device_index)) if fused_pays_off(n_tokens) else None
+    return gemm_config(n_tokens, weight_bytes, describe_device(device_index))
 
 
 @functools.lru_cache(maxsize=256)
@@ -213,8 +208,8 @@ def down_proj_config(n_tokens: int, weight_bytes: int, device_index: int) -> Opt
     """The plain form's configuration for a down projection of this many tokens through a weight of this size,
     or None: cuBLAS runs it.
 
-    Only one token has one, for weights up to ``DOWN_PROJ_MAX_WEIGHT_BYTES``, on every device (the
-    interpreter's included, so that the CPU tests exercise it). Cached as ``fused_config`` is.
+    Only one token has one, for small weights (``device_tables.DOWN_PROJ_TABLES``), on every device
+    (the interpreter's included, so that the CPU tests exercise it). Cached as ``fused_config`` is.
     """
     return down_proj_gemm_config(n_tokens, weight_bytes, describe_device(device_index))
 
