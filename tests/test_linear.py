@@ -36,34 +36,30 @@ def device():
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@pytest.fixture
-def fused_launches(kernel, monkeypatch):
-    """The fused GEMM launches made while the test runs (each a token count)."""
+def _count_launches(kernel, monkeypatch, name: str) -> list:
+    """The launches made through ``triton_gemm_kernels.<name>`` while the test runs (each a token count)."""
     gemm = kernel.triton_gemm_kernels
     launches = []
-    launch = gemm.launch_geglu_linear
+    launch = getattr(gemm, name)
 
     def counting_launch(x, *args, **kwargs):
         launches.append(math.prod(x.shape[:-1]))
         return launch(x, *args, **kwargs)
 
-    monkeypatch.setattr(gemm, "launch_geglu_linear", counting_launch)
+    monkeypatch.setattr(gemm, name, counting_launch)
     return launches
+
+
+@pytest.fixture
+def fused_launches(kernel, monkeypatch):
+    """The fused GEMM launches made while the test runs (each a token count)."""
+    return _count_launches(kernel, monkeypatch, "launch_geglu_linear")
 
 
 @pytest.fixture
 def down_proj_launches(kernel, monkeypatch):
     """The plain GEMM launches (down projections) made while the test runs (each a token count)."""
-    gemm = kernel.triton_gemm_kernels
-    launches = []
-    launch = gemm.launch_linear
-
-    def counting_launch(x, *args, **kwargs):
-        launches.append(math.prod(x.shape[:-1]))
-        return launch(x, *args, **kwargs)
-
-    monkeypatch.setattr(gemm, "launch_linear", counting_launch)
-    return launches
+    return _count_launches(kernel, monkeypatch, "launch_linear")
 
 
 def _assert_within_eager_error(out, eager, exact):
@@ -255,10 +251,12 @@ def test_bad_fused_gate_up_inputs_get_clear_errors(kernel, weight, bias, message
 
 
 @pytest.mark.kernels_ci
-def test_opcheck_geglu_linear(kernel, device):
+@pytest.mark.parametrize("op", ["geglu_linear", "geglu_mlp"])
+def test_opcheck(kernel, device, op):
+    make_operands = linear_inputs if op == "geglu_linear" else _mlp_operands
     for dtype in (torch.bfloat16, torch.float32):
-        operands = linear_inputs((3,), 16, 20, dtype=dtype, device=device, bias=True)
-        torch.library.opcheck(kernel.ops.geglu_linear, (*operands, "tanh"))
+        operands = make_operands((3,), 16, 20, dtype=dtype, device=device, bias=True)
+        torch.library.opcheck(getattr(kernel.ops, op), (*operands, "tanh"))
 
 
 def test_torch_compile_inference_has_no_graph_break(kernel, device):
@@ -444,13 +442,6 @@ def test_bad_mlp_inputs_get_clear_errors(kernel, changes, error, message):
     args = {**_linear_args(), "down_weight": randn(8, 6), "down_bias": None, **changes}
     with pytest.raises(error, match=re.escape(message)):
         kernel.geglu_mlp(**args)
-
-
-@pytest.mark.kernels_ci
-def test_opcheck_geglu_mlp(kernel, device):
-    for dtype in (torch.bfloat16, torch.float32):
-        operands = _mlp_operands((3,), 16, 20, dtype=dtype, device=device, bias=True)
-        torch.library.opcheck(kernel.ops.geglu_mlp, (*operands, "tanh"))
 
 
 def test_torch_compile_geglu_mlp_has_no_graph_break(kernel, device):
