@@ -227,6 +227,15 @@ BAD_LINEAR_INPUTS = [
     (lambda: _linear_args(up_bias=randn(6, device="meta")), ValueError, "up_bias must be on x's device"),
     (lambda: _linear_args(up_bias=[0.0] * 6), TypeError, "up_bias must be a torch.Tensor"),
     (lambda: _linear_args(x=torch.ones(3, 8, dtype=torch.int64)), TypeError, "x has dtype torch.int64"),
+    # Each rule that the checks' one-expression test of a call without biases covers, broken alone.
+    (lambda: _linear_args(x=[[0.0] * 8] * 3), TypeError, "x must be a torch.Tensor"),
+    (lambda: _linear_args(gate_weight=[[0.0] * 8] * 6), TypeError, "gate_weight must be a torch.Tensor"),
+    (lambda: _linear_args(up_weight=None), TypeError, "up_weight must be a torch.Tensor"),
+    (lambda: _linear_args(gate_weight=randn(6, 8).half()), TypeError, "gate_weight must have x's dtype"),
+    (lambda: _linear_args(gate_weight=randn(6, 8, device="meta")), ValueError, "gate_weight must be on x's device"),
+    (lambda: _linear_args(up_weight=randn(6, 8, device="meta")), ValueError, "up_weight must be on x's device"),
+    (lambda: _linear_args(x=randn(3, 7)), ValueError, "gate_weight must be [intermediate, 7]"),
+    (lambda: {**_linear_args(), "approximate": "erf"}, ValueError, "approximate must be one of"),
 ]
 
 
@@ -434,6 +443,9 @@ BAD_MLP_INPUTS = [
     ({"down_weight": randn(8, 6).half()}, TypeError, "down_weight must have x's dtype"),
     ({"down_bias": randn(6)}, ValueError, "down_bias must have shape (8,)"),
     ({"down_weight": None}, TypeError, "down_weight must be a torch.Tensor"),
+    ({"down_weight": randn(8, 6, device="meta")}, ValueError, "down_weight must be on x's device"),
+    ({"up_weight": randn(6, 8, device="meta")}, ValueError, "up_weight must be on x's device"),
+    ({"approximate": "erf"}, ValueError, "approximate must be one of"),
 ]
 
 

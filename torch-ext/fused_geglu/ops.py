@@ -183,6 +183,12 @@ def geglu_concat_backward_impl(grad_out, x, approximate: str) -> torch.Tensor:
     return grad_x
 
 
+def _rows_are_contiguous(weight: torch.Tensor) -> bool:
+    """Whether a weight's rows are contiguous, as the GEMM reads them (``is_contiguous`` first: a third of
+    ``stride(-1)``'s host time, and what an ``nn.Linear`` weight is)."""
+    return weight.is_contiguous() or weight.stride(-1) == 1
+
+
 def _unit_stride(bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     """A bias as the fused GEMM reads it, a unit-stride vector: copied where it is not (tiny next to the weights)."""
     return bias if bias is None or bias.stride(0) == 1 else bias.contiguous()
@@ -223,8 +229,8 @@ def geglu_linear_impl(
         # First what rejects prefill cheapest: more tokens than any class of the table.
         and out.numel() <= triton_gemm_kernels.FUSED_MAX_TOKENS * n_out
         and x.dtype in triton_gemm_kernels.FUSED_DTYPES
-        and gate_weight.stride(-1) == 1
-        and up_weight.stride(-1) == 1
+        and _rows_are_contiguous(gate_weight)
+        and _rows_are_contiguous(up_weight)
         else None
     )
     fused_x = None if config is None else _fused_linear_operand(x)
@@ -255,7 +261,7 @@ def linear_impl(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
         and 0 < x.numel() <= triton_gemm_kernels.DOWN_PROJ_MAX_TOKENS * n_in
         and weight.shape[0]
         and x.dtype in triton_gemm_kernels.FUSED_DTYPES
-        and weight.stride(-1) == 1
+        and _rows_are_contiguous(weight)
         else None
     )
     operand = None if config is None else _fused_linear_operand(x)
