@@ -219,15 +219,14 @@ def geglu_linear_impl(
     This is the decode path: each step below was chosen for its host cost
     (one cached lookup for the configuration, no views for contiguous x).
     """
-    n_out = gate_weight.shape[0]
-    out = x.new_empty(x.shape[:-1] + (n_out,))
-    if out.numel() == 0:
-        return out
+    n_in, n_out = x.shape[-1], gate_weight.shape[0]
+    n_elements = x.numel()
     config = (
-        triton_gemm_kernels.fused_config(out.numel() // n_out, gate_weight.nbytes, x.get_device())
+        triton_gemm_kernels.fused_config(n_elements // n_in, gate_weight.nbytes, x.get_device())
         if _runs_on_triton(x)
-        # First what rejects prefill cheapest: more tokens than any class of the table.
-        and out.numel() <= triton_gemm_kernels.FUSED_MAX_TOKENS * n_out
+        # First what rejects prefill cheapest: more tokens than any class of the table (or none at all).
+        and 0 < n_elements <= triton_gemm_kernels.FUSED_MAX_TOKENS * n_in
+        and n_out
         and x.dtype in triton_gemm_kernels.FUSED_DTYPES
         and _rows_are_contiguous(gate_weight)
         and _rows_are_contiguous(up_weight)
@@ -235,6 +234,7 @@ def geglu_linear_impl(
     )
     fused_x = None if config is None else _fused_linear_operand(x)
     if fused_x is not None:
+        out = x.new_empty(x.shape[:-1] + (n_out,))
         try:
             triton_gemm_kernels.launch_geglu_linear(
                 fused_x, gate_weight, up_weight, _unit_stride(gate_bias), _unit_stride(up_bias), out, approximate,
@@ -243,7 +243,11 @@ def geglu_linear_impl(
             return out
         except KernelUnavailable as error:
             _warn_of_fallback(error)
-    _forward_into(F.linear(x, gate_weight, gate_bias), F.linear(x, up_weight, up_bias), out, approximate)
+    gate = F.linear(x, gate_weight, gate_bias)
+    # The GeGLU written over gate where it has x's dtype (not so under autocast): each element is read
+    # before it is written, by the same thread, and one [tokens, intermediate] allocation is saved.
+    out = gate if gate.dtype == x.dtype else torch.empty_like(gate, dtype=x.dtype)
+    _forward_into(gate, F.linear(x, up_weight, up_bias), out, approximate)
     return out
 
 
