@@ -261,10 +261,12 @@ def test_bad_fused_gate_up_inputs_get_clear_errors(kernel, weight, bias, message
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("op", ["geglu_linear", "geglu_mlp"])
-def test_opcheck(kernel, device, op):
+@pytest.mark.parametrize("tokens", [3, 300], ids=["fused", "past-the-table"])
+def test_opcheck(kernel, device, op, tokens):
+    """Both paths: the fused GEMM, and past the table's classes the GEMMs with the GeGLU over the gate."""
     make_operands = linear_inputs if op == "geglu_linear" else _mlp_operands
     for dtype in (torch.bfloat16, torch.float32):
-        operands = make_operands((3,), 16, 20, dtype=dtype, device=device, bias=True)
+        operands = make_operands((tokens,), 16, 20, dtype=dtype, device=device, bias=True)
         torch.library.opcheck(getattr(kernel.ops, op), (*operands, "tanh"))
 
 

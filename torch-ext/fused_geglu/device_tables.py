@@ -125,8 +125,10 @@ MID = GemmConfig(64, 64, 64, group_m=8, num_warps=4, num_stages=3)
 #: Gemma3 1B, Gemma2 2B and Gemma3 4B (the largest, 50 MiB per weight) and 1.01-1.20x on the six
 #: from Gemma 2B (64 MiB) up (docs/PERFORMANCE.md, v10); at 256 tokens 128x128x64 tiles with
 #: 4 stages took 0.85x their time on the 1B (16 MiB per weight; 108 programs: one wave on 132
-#: SMs) and lost on Gemma2 2B and Gemma3 4B (v12). Both classes are on the table that was
-#: measured only; 128x128x64 tiles spill registers on sm_80, sm_86, sm_89 and sm_120.
+#: SMs) and lost on Gemma2 2B and Gemma3 4B (v12). Side by side with the table (v15,
+#: benchmarks/results/2026-12-04-h200-v15/crossover_table.json): 0.87-0.93x their time in every
+#: cell these classes serve. Both classes are in the measured device's table only; 128x128x64
+#: tiles spill registers on sm_80, sm_86, sm_89 and sm_120.
 SMALL_WEIGHT_BYTES = 50 * MiB
 TINY_WEIGHT_BYTES = 16 * MiB
 
@@ -144,10 +146,9 @@ GEMM_TABLES: tuple[tuple[int, LaunchTable], ...] = (
     ),
     # 163 KB (sm_80: 166,912 B): the H200's decode and mid classes.
     (166_912, (TokenClass(16, DECODE_5_STAGES), TokenClass(64, MID))),
-    # 99 KB (sm_86, sm_89, sm_120 101,376 B; Intel Max 128 KB SLM).
-    # 72 KB, 77.4 us (best 77.3).
+    # 99 KB (sm_86, sm_89, sm_120 101,376 B; Intel Max 128 KB SLM). Decode: 72 KB, 77.4 us (best 77.3).
     (101_376, (TokenClass(16, GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=3)), TokenClass(64, MID))),
-    # 64 KB (AMD CDNA LDS, gfx90a/gfx942 65,536 B; sm_75). 40 KB, 82.5 us (best 77.3).
+    # 64 KB (AMD CDNA LDS, gfx90a/gfx942 65,536 B; sm_75). Decode: 40 KB, 82.5 us (best 77.3).
     (65_536, (TokenClass(16, GemmConfig(16, 32, 128, group_m=1, num_warps=4, num_stages=3)), TokenClass(64, MID))),
 )
 
