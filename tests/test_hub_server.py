@@ -647,3 +647,25 @@ def test_cli_serve_prints_the_endpoint_and_never_the_token(tmp_path):
     assert server.returncode == 0
     assert "cli-secret-token" not in "".join(lines) + output
     assert (tmp_path / "data" / "repos" / "kernel" / "acme" / "cli.git").is_dir()
+
+
+def test_idle_connections_outlive_the_clients_keep_alive(hub):
+    """A client pools a connection for up to 5 s idle (httpx's default, huggingface_hub's session): the
+    server keeps it open longer, so a request sent on it at that moment is answered, not reset."""
+    import http.client
+    import time
+
+    connection = http.client.HTTPConnection(hub.host, hub.port, timeout=10)
+
+    def whoami() -> int:
+        connection.request("GET", "/api/whoami-v2", headers={"Authorization": f"Bearer {TOKEN}"})
+        response = connection.getresponse()
+        response.read()
+        return response.status
+
+    try:
+        assert whoami() == 200
+        time.sleep(5.5)  # idle past the client's expiry, and past uvicorn's own default (5 s)
+        assert whoami() == 200  # on the same connection: still open
+    finally:
+        connection.close()

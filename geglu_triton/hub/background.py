@@ -24,6 +24,12 @@ from .server import HubLimits, create_app
 
 _STARTUP_TIMEOUT_S = 30.0
 _SHUTDOWN_TIMEOUT_S = 10.0
+#: How long an idle keep-alive connection stays open. Clients pool connections for up to 5 s
+#: (httpx's default keepalive_expiry, huggingface_hub's session); uvicorn's own default is also 5 s,
+#: so a request sent on a pooled connection just as the server closed it was reset (ECONNRESET,
+#: seen once in CI on `kernels benchmark`'s download). The server must keep them open longer
+#: than the client does.
+_KEEP_ALIVE_S = 75
 
 
 class LocalHub:
@@ -77,7 +83,11 @@ class LocalHub:
             raise OSError(f"local Hub: cannot listen on {self.host}:{self.port}: {error}") from error
         self.port = self._socket.getsockname()[1]
         config = uvicorn.Config(
-            app, log_level=self._log_level, access_log=self._log_level in ("debug", "info"), lifespan="off"
+            app,
+            log_level=self._log_level,
+            access_log=self._log_level in ("debug", "info"),
+            lifespan="off",
+            timeout_keep_alive=_KEEP_ALIVE_S,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
