@@ -9,6 +9,8 @@ import torch
 
 from offline_compile import TARGETS
 
+from geglu_triton.benchmarking.grid import GEMMA_MLPS
+
 #: Published figures (shared/REFERENCE.md) of devices users run: shared memory per block, SMs, warp size.
 DEVICES = {
     "A100 (sm_80)": (166_912, 108, 32),
@@ -54,14 +56,20 @@ def test_the_down_projection_table_has_a_decode_class_only(kernel):
         assert tables.down_proj_gemm_config(decode.most_tokens + 1, 0, device) is None
 
 
-#: Each Gemma MLP's projection weights, in bytes (bf16): [intermediate, hidden] x 2 bytes.
-GEMMA_WEIGHT_BYTES = {
-    "Gemma3 1B": 6912 * 1152 * 2,
-    "Gemma2 2B": 9216 * 2304 * 2,
-    "Gemma3 4B": 10240 * 2560 * 2,
-    "Gemma 2B": 16384 * 2048 * 2,
-    "Gemma3 27B": 21504 * 5376 * 2,
-}
+def test_the_h200_keeps_its_tuned_table_and_smaller_devices_get_smaller_stages(kernel):
+    tables = kernel.device_tables
+    h200 = _traits(tables, "cuda", *DEVICES["H200 (sm_90)"])
+    a10g = _traits(tables, "cuda", *DEVICES["A10G (sm_86)"])
+    mi300 = _traits(tables, "hip", *DEVICES["MI300X (gfx942)"])
+    assert tables.gemm_config(1, 0, h200) == tables.GemmConfig(16, 64, 128, 1, 4, 5)
+    assert tables.gemm_config(1, 0, a10g).num_stages < 5
+    assert tables.gemm_config(1, 0, mi300).block_n < 64
+
+
+#: Each Gemma MLP's projection weight, in bytes (bf16 [intermediate, hidden]; the down projection's is its transpose).
+GEMMA_WEIGHT_BYTES = {mlp.name: mlp.intermediate * mlp.hidden * 2 for mlp in GEMMA_MLPS}
+#: The Gemma MLPs whose weights the H200 measured our GEMMs ahead of cuBLAS on (device_tables' comments).
+SMALL_GEMMA_MLPS = {"Gemma3 1B", "Gemma2 2B", "Gemma3 4B"}
 
 
 def test_the_crossover_to_cublas_follows_the_h200_measurements(kernel):
@@ -74,7 +82,8 @@ def test_the_crossover_to_cublas_follows_the_h200_measurements(kernel):
         served = [n for n in (1, 16, 64, 65, 128, 129, 256, 257, 4096) if tables.gemm_config(n, weight_bytes, h200)]
         assert served == [n for n in served if n <= served[-1]]  # a prefix: fused up to a point, then cuBLAS
         fused_to[name] = served[-1]
-    assert fused_to == {"Gemma3 1B": 256, "Gemma2 2B": 128, "Gemma3 4B": 128, "Gemma 2B": 64, "Gemma3 27B": 64}
+    expected = {name: 128 if name in SMALL_GEMMA_MLPS else 64 for name in GEMMA_WEIGHT_BYTES}
+    assert fused_to == {**expected, "Gemma3 1B": 256}
     # Devices whose crossover was not measured stop at 64 tokens whatever the weight.
     for name in ("A100 (sm_80)", "A10G (sm_86)", "MI300X (gfx942)"):
         device = _traits(tables, "cuda", *DEVICES[name])
@@ -86,8 +95,8 @@ def test_the_down_projection_runs_our_gemm_on_small_weights_only(kernel):
     """Our GEMV won on Gemma3 1B, Gemma2 2B and Gemma3 4B; from Gemma 2B's 64 MiB cuBLAS's is as fast."""
     tables = kernel.device_tables
     h200 = _traits(tables, "cuda", *DEVICES["H200 (sm_90)"])
-    runs = {name: tables.down_proj_gemm_config(1, nbytes, h200) is not None for name, nbytes in GEMMA_WEIGHT_BYTES.items()}
-    assert runs == {"Gemma3 1B": True, "Gemma2 2B": True, "Gemma3 4B": True, "Gemma 2B": False, "Gemma3 27B": False}
+    runs = {name for name, nbytes in GEMMA_WEIGHT_BYTES.items() if tables.down_proj_gemm_config(1, nbytes, h200)}
+    assert runs == SMALL_GEMMA_MLPS
 
 
 def test_a_device_below_every_class_runs_projections_unfused(kernel, monkeypatch):
