@@ -42,13 +42,11 @@ import triton
 from triton.runtime import driver
 
 from geglu_triton.benchmarking.environment import load_kernel, utc_now, versions
-from geglu_triton.benchmarking.grid import MLPModel
+from geglu_triton.benchmarking.grid import GEMMA3_1B, GEMMA3_4B, MLPModel
 from geglu_triton.benchmarking.host import triton_dispatch
 from geglu_triton.benchmarking.modules import GemmaStyleMLP
 from geglu_triton.benchmarking.timing import garbage_collector_paused
 
-GEMMA3_1B = MLPModel("Gemma3 1B", 1152, 6912)
-GEMMA3_4B = MLPModel("Gemma3 4B", 2560, 10240)
 #: Calls per round (at most five kernels each: 500 launches, inside CUDA's launch queue of ~1000) and rounds.
 CALLS = 100
 ROUNDS = 15

@@ -1,6 +1,9 @@
 """``python -m geglu_triton profile``: what each GeGLU MLP stage launches, by torch.profiler.
 
-Stages, each a forward pass (inference, ``torch.no_grad``) on the same input:
+Stages, each a forward pass (inference, ``torch.no_grad``) on the same input,
+or with ``--training`` (the MLP stages without bias only) a forward and a
+backward, the input and the weights requiring gradients, at the training
+shape of ``bench --models`` (8 x 1024 tokens) and Gemma3 1B's MLP:
 
   linear-eager           nn.Linear with bias, eager
   linear-compiled        the same, torch.compile
@@ -31,8 +34,8 @@ from typing import Callable
 
 import torch
 
-from .benchmarking import environment, implementations, modules
-from .benchmarking.grid import GEMMA_2B, TINY_MLP, MLPModel, dtype_name
+from .benchmarking import environment, implementations, model_grid, modules
+from .benchmarking.grid import GEMMA3_1B, GEMMA_2B, TINY_MLP, MLPModel, dtype_name
 from .benchmarking.report import md_cell
 from .benchmarking.timing import synchronize
 from .benchmarking.workloads import failure_text
@@ -41,6 +44,10 @@ from .benchmarking.workloads import failure_text
 PROFILED_CALLS = 5
 WARMUP_CALLS = 3
 SIZES = {"cuda": (GEMMA_2B, 1024), "cpu": (TINY_MLP, 5)}
+TRAINING_SIZES = {
+    "cuda": (GEMMA3_1B, model_grid.GPU_PLAN.training_batch * model_grid.GPU_PLAN.training_sequence),
+    "cpu": (TINY_MLP, 5),
+}
 DTYPE = torch.bfloat16
 NO_GPU_NOTE = "GPU kernels need a GPU: this run had none, so only the CPU side (ops and their counts) is reported"
 
@@ -100,6 +107,10 @@ STAGES = (
 )
 
 
+#: What ``--training`` profiles: the MLPs as Gemma has them (no bias).
+TRAINING_STAGES = tuple(stage for stage in STAGES if stage.name.startswith("mlp-") and not stage.bias)
+
+
 def _bias_verdict(stage: Stage, cpu_ops: Counter, addmm_copies: int, kernels: dict) -> str:
     if not stage.bias:
         return "no bias"
@@ -114,23 +125,33 @@ def _bias_verdict(stage: Stage, cpu_ops: Counter, addmm_copies: int, kernels: di
     return "not determined from the trace"
 
 
-def _profile_stage(stage: Stage, model: MLPModel, tokens: int, kernel, device: torch.device) -> dict:
+def _profile_stage(stage: Stage, model: MLPModel, tokens: int, kernel, device: torch.device, training: bool) -> dict:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     torch.manual_seed(0)
     module = modules.GemmaStyleMLP(model.hidden, model.intermediate, bias=stage.bias, device=device, dtype=DTYPE)
-    module.requires_grad_(False)
-    x = torch.randn(tokens, model.hidden, device=device, dtype=DTYPE)
+    module.requires_grad_(training)
+    x = torch.randn(tokens, model.hidden, device=device, dtype=DTYPE, requires_grad=training)
+    grad_out = torch.randn(tokens, model.hidden, device=device, dtype=DTYPE)
     forward = stage.build(module, kernel, device)
-    with torch.no_grad():
-        for _ in range(WARMUP_CALLS):
+
+    def step() -> None:
+        if training:  # the gradients of x and of every weight, set to None again after each step
+            forward(x).backward(grad_out)
+            x.grad = None
+            module.zero_grad(set_to_none=True)
+        else:
             forward(x)
+
+    with torch.set_grad_enabled(training):
+        for _ in range(WARMUP_CALLS):
+            step()
         synchronize(device)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
         with profile(activities=activities) as prof:
             for _ in range(PROFILED_CALLS):
-                forward(x)
+                step()
             synchronize(device)
 
     kernels: dict[str, dict] = {}
@@ -179,9 +200,9 @@ def _profile_stage(stage: Stage, model: MLPModel, tokens: int, kernel, device: t
     }
 
 
-def _stage_record(stage: Stage, model: MLPModel, tokens: int, kernel, device: torch.device) -> dict:
+def _stage_record(stage: Stage, model: MLPModel, tokens: int, kernel, device: torch.device, training: bool) -> dict:
     try:
-        return _profile_stage(stage, model, tokens, kernel, device)
+        return _profile_stage(stage, model, tokens, kernel, device, training)
     except ImportError as err:
         return {"stage": stage.name, "description": stage.description, "status": "skipped", "reason": str(err)}
     except Exception as err:
@@ -206,14 +227,15 @@ def summary_markdown(report: dict) -> str:
         f"# GeGLU MLP stages under torch.profiler on {report['device_name']}",
         "",
         f"{report['model']} MLP (hidden {report['hidden']}, intermediate {report['intermediate']}), "
-        f"{report['tokens']} tokens, {report['dtype']}, forward only, figures per forward "
+        f"{report['tokens']} tokens, {report['dtype']}, {report['pass']}, figures per {report['unit']} "
         f"(mean of {PROFILED_CALLS}). {report['date_utc']}.",
         "",
     ]
     if report["note"]:
         lines += [f"**{report['note']}.**", ""]
     lines += [
-        "| stage | GPU kernels / forward | Δ vs previous | GPU µs / forward | kernels by category | CPU ops vs previous stage | bias |",
+        f"| stage | GPU kernels / {report['unit']} | Δ vs previous | GPU µs / {report['unit']} | kernels by category "
+        "| CPU ops vs previous stage | bias |",
         "| --- | ---: | ---: | ---: | --- | --- | --- |",
     ]
     previous = None
@@ -245,7 +267,7 @@ def summary_markdown(report: dict) -> str:
             ]
             lines.append("")
         lines.append(
-            "CPU ops per forward: " + ", ".join(f"`{name}` ×{count:g}" for name, count in record["cpu_ops"].items())
+            f"CPU ops per {report['unit']}: " + ", ".join(f"`{name}` ×{count:g}" for name, count in record["cpu_ops"].items())
         )
         lines += ["", f"Bias: {record['bias']}.", ""]
     return "\n".join(lines) + "\n"
@@ -264,19 +286,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kernel-dir", type=Path, help="an existing build (default: build this checkout into a temp dir)"
     )
+    parser.add_argument(
+        "--training",
+        action="store_true",
+        help="forward and backward of the bias-free MLP stages, at the model-level training shape (Gemma3 1B's MLP)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     device = environment.benchmark_device()
-    model, tokens = SIZES[device.type]
+    training = args.training
+    model, tokens = (TRAINING_SIZES if training else SIZES)[device.type]
     out_dir = args.out or environment.default_results_dir(device)
     loaded = environment.load_kernel(args.kernel_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         stages = []
-        for stage in STAGES:
+        for stage in TRAINING_STAGES if training else STAGES:
             print(f"profile: {stage.name} ...", flush=True)
-            stages.append(_stage_record(stage, model, tokens, loaded.module, device))
+            stages.append(_stage_record(stage, model, tokens, loaded.module, device, training))
     finally:
         loaded.close()
     report = {
@@ -289,6 +317,8 @@ def run(args: argparse.Namespace) -> int:
         "intermediate": model.intermediate,
         "tokens": tokens,
         "dtype": dtype_name(DTYPE),
+        "pass": "forward and backward" if training else "forward only",
+        "unit": "step" if training else "forward",
         "profiled_calls": PROFILED_CALLS,
         "compile_backend": implementations.compile_backend(device),
         "note": _note(device, stages),

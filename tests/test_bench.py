@@ -154,6 +154,23 @@ def test_profile_reports_every_stage(build_dir, tmp_path, monkeypatch):
     assert "| stage |" in markdown and "mlp-ours" in markdown
 
 
+def test_profile_training_runs_forward_and_backward(build_dir, tmp_path):
+    assert profile.run(_parse(profile, ["--kernel-dir", str(build_dir), "--out", str(tmp_path), "--training"])) == 0
+    report = json.loads((tmp_path / "profile.json").read_text())
+    assert report["pass"] == "forward and backward"
+    assert [s["stage"] for s in report["stages"]] == [s.name for s in profile.TRAINING_STAGES]
+    assert all(not s.bias and s.name.startswith("mlp-") for s in profile.TRAINING_STAGES)
+    by_name = {s["stage"]: s for s in report["stages"]}
+    assert "aten::gelu_backward" in by_name["mlp-eager"]["cpu_ops"]
+    ours = by_name["mlp-ours"]
+    assert ours["status"] == "ok", ours
+    assert not {"aten::gelu", "aten::gelu_backward", "aten::mul"} & set(ours["cpu_ops"]), ours["cpu_ops"]
+    assert "autograd::engine::evaluate_function: GeGLUDownProjFunctionBackward" in ours["cpu_ops"]
+    if report["device"] == "cuda":  # the forward kernel and the backward kernel, once each per step
+        assert ours["gpu"]["by_category"].get("ours") == 2, ours["gpu"]
+    assert "per step" in (tmp_path / "profile.md").read_text()
+
+
 def test_kernels_benchmark_script_runs_and_verifies(build_dir):
     """benchmarks/benchmark.py through the `kernels benchmark` runner, against our build."""
     runner = pytest.importorskip("kernels.cli.benchmark")

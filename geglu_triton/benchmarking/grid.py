@@ -50,6 +50,8 @@ class MLPModel:
 
 GEMMA_2B = MLPModel("Gemma 2B", 2048, 16384)
 GEMMA_7B = MLPModel("Gemma 7B", 3072, 24576)
+GEMMA3_1B = MLPModel("Gemma3 1B", 1152, 6912)
+GEMMA3_4B = MLPModel("Gemma3 4B", 2560, 10240)
 GEMMA3_27B = MLPModel("Gemma3 27B", 5376, 21504)
 #: Every Gemma size's MLP (hidden, intermediate from the published configs).
 GEMMA_MLPS = (
@@ -58,8 +60,8 @@ GEMMA_MLPS = (
     MLPModel("Gemma2 2B", 2304, 9216),
     MLPModel("Gemma2 9B", 3584, 14336),
     MLPModel("Gemma2 27B", 4608, 36864),
-    MLPModel("Gemma3 1B", 1152, 6912),
-    MLPModel("Gemma3 4B", 2560, 10240),
+    GEMMA3_1B,
+    GEMMA3_4B,
     MLPModel("Gemma3 12B", 3840, 15360),
     GEMMA3_27B,
 )
