@@ -165,7 +165,9 @@ def test_profile_training_runs_forward_and_backward(build_dir, tmp_path):
     ours = by_name["mlp-ours"]
     assert ours["status"] == "ok", ours
     assert not {"aten::gelu", "aten::gelu_backward", "aten::mul"} & set(ours["cpu_ops"]), ours["cpu_ops"]
-    assert "autograd::engine::evaluate_function: GeGLUDownProjFunctionBackward" in ours["cpu_ops"]
+    assert "autograd::engine::evaluate_function: GeGLUMLPFunctionBackward" in ours["cpu_ops"]
+    # x's gradient: summed inside the projections' GEMMs, where eager adds the two products after them.
+    assert "aten::add_" in by_name["mlp-eager"]["cpu_ops"] and "aten::add_" not in ours["cpu_ops"]
     if report["device"] == "cuda":  # the forward kernel and the backward kernel, once each per step
         assert ours["gpu"]["by_category"].get("ours") == 2, ours["gpu"]
     assert "per step" in (tmp_path / "profile.md").read_text()

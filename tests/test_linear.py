@@ -420,7 +420,7 @@ def test_down_projections_of_large_weights_take_cublas(kernel, device, down_proj
 
 
 def test_geglu_mlp_with_a_gradient_takes_the_training_path(kernel, device, down_proj_launches):
-    """Weights requiring grad: the projections' GEMMs and geglu_down_proj; gradients as eager's."""
+    """Weights requiring grad: one autograd step for the whole MLP; gradients as eager's."""
     operands = _mlp_operands((4,), 24, 40, dtype=torch.bfloat16, device=device, bias=True)
     ours, eager = ([t.clone().requires_grad_() for t in operands] for _ in range(2))
     grad_y = randn(4, 24, dtype=torch.bfloat16, device=device)

@@ -1,8 +1,9 @@
 """Training: gradients rounded as eager autograd rounds them, and the MLP path that keeps less memory.
 
-``GeGLUMLP`` in training with a plain ``nn.Linear`` down projection runs
-``geglu_down_proj``: autograd keeps x, gate and up, and the backward kernel
-recomputes the GeGLU output h for down_proj's weight gradient.
+``GeGLUMLP`` in training with three plain ``nn.Linear`` projections runs one
+autograd step for the whole MLP (``geglu_mlp``), with only a plain down
+projection ``geglu_down_proj``: both keep x, gate and up, and the backward
+kernel recomputes the GeGLU output h for down_proj's weight gradient.
 """
 
 from __future__ import annotations
@@ -193,22 +194,69 @@ def test_training_path_backward_twice_with_retained_graph(kernel, device):
     assert all(torch.equal(a, b) for a, b in zip(first, second))
 
 
-def test_training_path_only_computes_the_gradients_asked_for(kernel, device):
+@pytest.mark.parametrize("x_requires_grad", [False, True])
+def test_training_path_only_computes_the_gradients_asked_for(kernel, device, x_requires_grad):
     """Frozen down_proj (no weight gradient: h is not recomputed) and frozen gate/up projections."""
     module = _mlp(24, 40, dtype=torch.float32, device=device, bias=True)
     x = randn(3, 24, device=device)
     grad_y = randn(3, 24, device=device)
     for frozen in ("down_proj", "gate_proj"):
         reference, ours = _copy(module), _kernelized(kernel, _copy(module))
+        x_grads = []
         for twin in (reference, ours):
             getattr(twin, frozen).requires_grad_(False)
             if frozen == "gate_proj":
                 twin.up_proj.requires_grad_(False)
-            twin(x).backward(grad_y)
+            x_leaf = x.clone().requires_grad_(x_requires_grad)
+            twin(x_leaf).backward(grad_y)
+            x_grads.append(x_leaf.grad)
         for (name, p), q in zip(reference.named_parameters(), ours.parameters()):
             assert (p.grad is None) == (q.grad is None), name
             if p.grad is not None:
                 assert rel_error(q.grad, p.grad) <= 1e-5, name
+        expected_x_grad, x_grad = x_grads
+        assert (x_grad is None) == (not x_requires_grad)
+        if x_requires_grad:
+            assert rel_error(x_grad, expected_x_grad) <= 1e-5
+
+
+def test_training_path_keeps_x_only_for_the_projections_weight_gradients(kernel, device):
+    """With gate_proj and up_proj frozen, x's gradient needs their weights, not x: autograd keeps gate and up only."""
+    tokens, hidden, intermediate = 6, 32, 96
+    module = _kernelized(kernel, _mlp(hidden, intermediate, dtype=torch.bfloat16, device=device))
+    module.gate_proj.requires_grad_(False)
+    module.up_proj.requires_grad_(False)
+    x = randn(tokens, hidden, dtype=torch.bfloat16, device=device).requires_grad_()
+    assert _saved_activation_bytes(module, x) == (2 * tokens * intermediate * 2, 2)
+
+
+def test_the_whole_mlp_is_one_autograd_step_whose_gemms_sum_the_input_gradient(kernel, device):
+    """Plain projections: one node for the MLP, and x's gradient summed in the projections' GEMMs (addmm),
+    with no add of two [tokens, hidden] products after them (autograd's, for eager's two projections)."""
+    from torch.profiler import profile
+
+    module = _mlp(24, 40, dtype=torch.bfloat16, device=device)
+    x = randn(3, 24, dtype=torch.bfloat16, device=device)
+    grad_y = randn(3, 24, dtype=torch.bfloat16, device=device)
+    backward_ops = {}
+    for name, twin in (("eager", _copy(module)), ("ours", _kernelized(kernel, _copy(module)))):
+        y = twin(x.detach().requires_grad_())  # a leaf of its own: no gradient to accumulate into
+        if name == "ours":
+            assert type(y.grad_fn).__name__ == "GeGLUMLPFunctionBackward"
+        with profile() as prof:
+            y.backward(grad_y)
+        backward_ops[name] = {event.name for event in prof.events()}
+    assert "aten::add_" in backward_ops["eager"]
+    assert "aten::addmm_" in backward_ops["ours"]
+    assert not {"aten::add_", "aten::add"} & backward_ops["ours"]
+
+
+def test_projections_that_are_not_plain_keep_their_own_autograd(kernel, device):
+    """A hooked gate_proj is called as a module: the GeGLU and down_proj are one step, the projections autograd's."""
+    module = _kernelized(kernel, _mlp(24, 40, dtype=torch.bfloat16, device=device))
+    module.gate_proj.register_forward_hook(lambda mod, args, out: None)
+    y = module(randn(3, 24, dtype=torch.bfloat16, device=device).requires_grad_())
+    assert type(y.grad_fn).__name__ == "GeGLUDownProjFunctionBackward"
 
 
 def test_a_frozen_mlp_in_grad_mode_takes_the_inference_path(kernel, device, monkeypatch):

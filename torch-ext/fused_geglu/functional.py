@@ -192,18 +192,24 @@ def geglu_mlp(
     Without a gradient to compute (inference): ``geglu_linear``'s path for the
     first half, and at decode on a GPU, in bf16/fp16, the down projection
     through the same Triton GEMM (plain), whose launch costs the host less
-    than cuBLAS's; otherwise cuBLAS. With a gradient: the projections' GEMMs
-    and ``geglu_down_proj`` (autograd keeps x, gate and up, not the GeGLU output).
+    than cuBLAS's; otherwise cuBLAS. With a gradient: one autograd step for
+    the whole MLP that keeps x, gate and up, not the GeGLU output (recomputed
+    by the backward kernel), and sums the projections' input gradients inside
+    their GEMMs (``ops.GeGLUMLPFunction``); under torch.compile the projections'
+    GEMMs and ``geglu_down_proj``'s registered op, which keep the same tensors.
 
     Returns:
         ``[..., hidden]``.
     """
     operands = (x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias)
     check_mlp(*operands, approximate)
+    registered_op = _needs_registered_op(*operands)
     if needs_gradient(*operands):
-        gate, up = F.linear(x, gate_weight, gate_bias), F.linear(x, up_weight, up_bias)
-        return geglu_down_proj(gate, up, down_weight, down_bias, approximate=approximate)
-    if _needs_registered_op(*operands):
+        if registered_op:
+            gate, up = F.linear(x, gate_weight, gate_bias), F.linear(x, up_weight, up_bias)
+            return geglu_down_proj(gate, up, down_weight, down_bias, approximate=approximate)
+        return ops.GeGLUMLPFunction.apply(*operands, approximate)
+    if registered_op:
         return ops.geglu_mlp(*operands, approximate)
     return ops.geglu_mlp_impl(*operands, approximate)
 

@@ -121,9 +121,8 @@ class GeGLUMLP(nn.Module):
     on their weights: for inference one fused GEMM for the first half and, at
     decode, the same GEMM's plain form for the down projection; for training
     (a gradient to compute: grad mode on and a parameter or x requiring it)
-    the projections' GEMMs and ``geglu_down_proj``, one autograd step that
-    keeps gate and up but not the GeGLU output (recomputed by the backward
-    kernel). Projections that are not plain (quantized, LoRA, hooked) are
+    one autograd step for the whole MLP that keeps x, gate and up but not the
+    GeGLU output (recomputed by the backward kernel). Projections that are not plain (quantized, LoRA, hooked) are
     called as they are: then only the GeGLU is fused, with ``geglu_down_proj``
     in grad mode where ``down_proj`` is plain, and the first half through
     ``geglu_linear`` where gate and up are. Under ``torch.autocast`` the

@@ -541,3 +541,64 @@ class GeGLUDownProjFunction(torch.autograd.Function):
             geglu_backward_with_output_impl,
         )
         return (*grads, None)
+
+
+def _matrix(tensor: torch.Tensor) -> torch.Tensor:
+    """[tokens, features]: the leading dimensions of ``tensor`` flattened (a view where they are contiguous)."""
+    return tensor.reshape(-1, tensor.shape[-1])
+
+
+class GeGLUMLPFunction(torch.autograd.Function):
+    """y = down_proj(geglu(gate_proj(x), up_proj(x))) with three plain projections, as one autograd step.
+
+    Saves gate and up, and x where a projection's weight needs its gradient;
+    not the GeGLU output h (``geglu_down_proj_grads`` recomputes it). The
+    backward sums the two projections' input gradients inside their second
+    GEMM: grad_x = grad_gate W_gate, then grad_x += grad_up W_up as cuBLAS's
+    beta = 1 epilogue, where autograd would write both products and add them in
+    a kernel of its own (three [tokens, hidden] passes; 12.9 us a layer for
+    Gemma3 1B's MLP at 8 x 1024 tokens on the H200, PERFORMANCE v17). The sum
+    is rounded to the dtype once, where autograd rounds each product and then
+    their sum: as close to the exact gradient as eager's, or closer.
+    """
+
+    @staticmethod
+    def forward(ctx, x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, approximate):
+        gate, up = F.linear(x, gate_weight, gate_bias), F.linear(x, up_weight, up_bias)
+        keeps_x = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
+        ctx.save_for_backward(x if keeps_x else None, gate, up, gate_weight, up_weight, down_weight)
+        ctx.approximate = approximate
+        return geglu_down_proj_impl(gate, up, down_weight, down_bias, approximate)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, gate, up, gate_weight, up_weight, down_weight = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        needs_x, needs_gate_weight, needs_up_weight, needs_down_weight, needs_gate_bias, needs_up_bias = needs[:6]
+        needs_down_bias = needs[6]
+        needs_gate_up = needs_x or needs_gate_weight or needs_up_weight or needs_gate_bias or needs_up_bias
+        grad_gate, grad_up, grad_down_weight, grad_down_bias = geglu_down_proj_grads(
+            grad_y,
+            gate,
+            up,
+            down_weight,
+            (needs_gate_up, needs_gate_up, needs_down_weight, needs_down_bias),
+            ctx.approximate,
+            geglu_backward_impl,
+            geglu_backward_with_output_impl,
+        )
+        grad_x = grad_gate_weight = grad_up_weight = grad_gate_bias = grad_up_bias = None
+        if needs_x:
+            grad_x = grad_gate.matmul(gate_weight)
+            _matrix(grad_x).addmm_(_matrix(grad_up), up_weight)  # a view of grad_x: accumulates into it
+        if needs_gate_weight:
+            grad_gate_weight = _matrix(grad_gate).t().matmul(_matrix(x))
+        if needs_up_weight:
+            grad_up_weight = _matrix(grad_up).t().matmul(_matrix(x))
+        if needs_gate_bias:
+            grad_gate_bias = _matrix(grad_gate).sum(0)
+        if needs_up_bias:
+            grad_up_bias = _matrix(grad_up).sum(0)
+        return (
+            grad_x, grad_gate_weight, grad_up_weight, grad_down_weight, grad_gate_bias, grad_up_bias, grad_down_bias, None
+        )
