@@ -129,7 +129,7 @@ def measure(size: model_grid.Gemma3Size, layers: int, batch: int, sequence: int,
     return record
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--sizes", nargs="+", default=["1b", "4b"], choices=sorted(model_grid.GEMMA3_SIZES))
@@ -137,7 +137,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs=2, metavar=("BATCH", "SEQUENCE"),
                         help="default: bench --models' training shape on a GPU, 1 x 256 on a CPU")
     parser.add_argument("--kernel-dir", type=Path, help="a build of the kernel (default: built from this checkout)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     plan = model_grid.GPU_PLAN
     on_gpu = device.type == "cuda"

@@ -173,6 +173,29 @@ def test_profile_training_runs_forward_and_backward(build_dir, tmp_path):
     assert "per step" in (tmp_path / "profile.md").read_text()
 
 
+def test_saved_activations_counts_each_mlp_tensor_once(build_dir, tmp_path):
+    """benchmarks/saved_activations.py on the tiny Gemma3: the MLP part is exactly what each implementation keeps."""
+    import runpy
+
+    script = runpy.run_path(str(REPO_ROOT / "benchmarks" / "saved_activations.py"))
+    out = tmp_path / "saved.json"
+    script["main"](
+        ["--sizes", "tiny", "--layers", "2", "--tokens", "1", "8", "--kernel-dir", str(build_dir), "--out", str(out)]
+    )
+    record = json.loads(out.read_text())["tiny"]
+    from geglu_triton.benchmarking.model_grid import GEMMA3_SIZES
+
+    hidden, intermediate = GEMMA3_SIZES["tiny"].hidden, GEMMA3_SIZES["tiny"].intermediate
+    bf16 = 2
+    mlp = {name: record[name]["saved_bytes_per_layer_and_token"]["mlp"] for name in ("eager", "ours")}
+    assert mlp["eager"] == (hidden + 4 * intermediate) * bf16  # x, gate, gelu(gate), up, h
+    assert mlp["ours"] == (hidden + 2 * intermediate) * bf16  # x, gate, up
+    for part in ("norms", "attention"):  # the rest of the layer is the model's own, whatever the MLP
+        ours, eager = (record[name]["saved_bytes_per_layer_and_token"][part] for name in ("ours", "eager"))
+        assert ours == eager > 0, part
+    assert record["ours"]["saved_bytes"]["outside the layers"] == record["eager"]["saved_bytes"]["outside the layers"] > 0
+
+
 def test_kernels_benchmark_script_runs_and_verifies(build_dir):
     """benchmarks/benchmark.py through the `kernels benchmark` runner, against our build."""
     runner = pytest.importorskip("kernels.cli.benchmark")
