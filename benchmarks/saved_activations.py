@@ -143,7 +143,11 @@ def main(argv: list[str] | None = None) -> None:
     on_gpu = device.type == "cuda"
     batch, sequence = args.tokens or ((plan.training_batch, plan.training_sequence) if on_gpu else (1, 256))
     kernel = load_kernel(args.kernel_dir)
-    results = {"date": utc_now().isoformat(timespec="seconds"), "versions": versions(), "device": torch.cuda.get_device_name() if on_gpu else "cpu"}
+    results = {
+        "date": utc_now().isoformat(timespec="seconds"),
+        "versions": versions(),
+        "device": torch.cuda.get_device_name() if on_gpu else "cpu",
+    }
     for name in args.sizes:
         size = model_grid.GEMMA3_SIZES[name]
         layers = args.layers or (size.layers if on_gpu else 2)

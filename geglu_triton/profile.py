@@ -267,7 +267,8 @@ def summary_markdown(report: dict) -> str:
             ]
             lines.append("")
         lines.append(
-            f"CPU ops per {report['unit']}: " + ", ".join(f"`{name}` ×{count:g}" for name, count in record["cpu_ops"].items())
+            f"CPU ops per {report['unit']}: "
+            + ", ".join(f"`{name}` ×{count:g}" for name, count in record["cpu_ops"].items())
         )
         lines += ["", f"Bias: {record['bias']}.", ""]
     return "\n".join(lines) + "\n"

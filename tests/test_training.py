@@ -265,7 +265,8 @@ def test_a_frozen_mlp_in_grad_mode_takes_the_inference_path(kernel, device, monk
     module = _mlp(24, 40, dtype=torch.bfloat16, device=device).requires_grad_(False)
     x = randn(3, 24, dtype=torch.bfloat16, device=device)
     reference = _copy(module)(x)
-    monkeypatch.setattr(kernel.functional, "geglu_down_proj", lambda *args, **kwargs: pytest.fail("training path taken"))
+    training_path = types.SimpleNamespace(apply=lambda *args: pytest.fail("training path taken"))
+    monkeypatch.setattr(kernel.ops, "GeGLUMLPFunction", training_path)
     inference_calls = []
     mlp_impl = kernel.ops.geglu_mlp_impl
 

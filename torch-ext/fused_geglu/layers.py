@@ -122,10 +122,10 @@ class GeGLUMLP(nn.Module):
     decode, the same GEMM's plain form for the down projection; for training
     (a gradient to compute: grad mode on and a parameter or x requiring it)
     one autograd step for the whole MLP that keeps x, gate and up but not the
-    GeGLU output (recomputed by the backward kernel). Projections that are not plain (quantized, LoRA, hooked) are
-    called as they are: then only the GeGLU is fused, with ``geglu_down_proj``
-    in grad mode where ``down_proj`` is plain, and the first half through
-    ``geglu_linear`` where gate and up are. Under ``torch.autocast`` the
+    GeGLU output (recomputed by the backward kernel). Projections that are not
+    plain (quantized, LoRA, hooked) are called as they are: then only the
+    GeGLU is fused, with ``geglu_down_proj`` in grad mode where ``down_proj``
+    is plain, and the first half through ``geglu_linear`` where gate and up are. Under ``torch.autocast`` the
     tensors it reads directly are cast to the autocast dtype, as eager's
     ``nn.Linear`` casts them.
     """

@@ -543,11 +543,6 @@ class GeGLUDownProjFunction(torch.autograd.Function):
         return (*grads, None)
 
 
-def _matrix(tensor: torch.Tensor) -> torch.Tensor:
-    """[tokens, features]: the leading dimensions of ``tensor`` flattened (a view where they are contiguous)."""
-    return tensor.reshape(-1, tensor.shape[-1])
-
-
 class GeGLUMLPFunction(torch.autograd.Function):
     """y = down_proj(geglu(gate_proj(x), up_proj(x))) with three plain projections, as one autograd step.
 
@@ -590,15 +585,22 @@ class GeGLUMLPFunction(torch.autograd.Function):
         grad_x = grad_gate_weight = grad_up_weight = grad_gate_bias = grad_up_bias = None
         if needs_x:
             grad_x = grad_gate.matmul(gate_weight)
-            _matrix(grad_x).addmm_(_matrix(grad_up), up_weight)  # a view of grad_x: accumulates into it
+            _rows(grad_x).addmm_(_rows(grad_up), up_weight)  # grad_x is contiguous: its rows are a view
         if needs_gate_weight:
-            grad_gate_weight = _matrix(grad_gate).t().matmul(_matrix(x))
+            grad_gate_weight = _rows(grad_gate).t().matmul(_rows(x))
         if needs_up_weight:
-            grad_up_weight = _matrix(grad_up).t().matmul(_matrix(x))
+            grad_up_weight = _rows(grad_up).t().matmul(_rows(x))
         if needs_gate_bias:
-            grad_gate_bias = _matrix(grad_gate).sum(0)
+            grad_gate_bias = _rows(grad_gate).sum(0)
         if needs_up_bias:
-            grad_up_bias = _matrix(grad_up).sum(0)
+            grad_up_bias = _rows(grad_up).sum(0)
         return (
-            grad_x, grad_gate_weight, grad_up_weight, grad_down_weight, grad_gate_bias, grad_up_bias, grad_down_bias, None
+            grad_x,
+            grad_gate_weight,
+            grad_up_weight,
+            grad_down_weight,
+            grad_gate_bias,
+            grad_up_bias,
+            grad_down_bias,
+            None,
         )
