@@ -16,6 +16,7 @@ import signal
 import subprocess
 import threading
 import time
+from http.client import HTTPException
 from pathlib import Path
 from urllib.error import URLError
 
@@ -80,8 +81,8 @@ def _commit_until_the_server_dies(endpoint: str, branch: str, cycle: int, acknow
         try:
             url = f"{endpoint}/api/kernels/org/crash/commit/{branch}"
             response = http("POST", url, body=ndjson(header_line(), *files))
-        except (URLError, ConnectionError, OSError):
-            return  # the server was killed
+        except (URLError, ConnectionError, OSError, HTTPException):
+            return  # the server was killed (mid-response: IncompleteRead, an unacknowledged commit)
         if response.status != 200:
             raise AssertionError(f"commit refused while the server ran: {response.status} {response.body[:200]}")
         acknowledged.append((branch, json.loads(response.body)["commitOid"]))
