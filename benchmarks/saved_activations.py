@@ -33,12 +33,14 @@ from pathlib import Path
 import torch
 
 from geglu_triton.benchmarking import model_grid
-from geglu_triton.benchmarking.environment import load_kernel, utc_now, versions
+from geglu_triton.benchmarking.environment import benchmark_device, device_name, load_kernel, utc_now, versions
 from geglu_triton.benchmarking.implementations import EAGER, LIGER, OURS
 from geglu_triton.benchmarking.model_implementations import ModelForwards
 from geglu_triton.benchmarking.timing import peak_memory_of_call
 
 PARTS = ("mlp", "norms", "attention", "outside the layers")
+#: The parts each layer has (figures per layer and token).
+LAYER_PARTS = PARTS[:3]
 
 
 def _part(running: list[tuple[str, str]]) -> str:
@@ -111,7 +113,7 @@ def measure(size: model_grid.Gemma3Size, layers: int, batch: int, sequence: int,
         if device.type == "cuda":
             torch.cuda.empty_cache()
         saved, (_, peak) = saved_bytes_by_part(model, lambda: peak_memory_of_call(device, training_step))
-        per_layer_token = {part: saved[part] / layers / tokens for part in PARTS[:3]}
+        per_layer_token = {part: saved[part] / layers / tokens for part in LAYER_PARTS}
         record[name] = {
             "saved_bytes": saved,
             "saved_bytes_per_layer_and_token": per_layer_token,
@@ -138,27 +140,31 @@ def main(argv: list[str] | None = None) -> None:
                         help="default: bench --models' training shape on a GPU, 1 x 256 on a CPU")
     parser.add_argument("--kernel-dir", type=Path, help="a build of the kernel (default: built from this checkout)")
     args = parser.parse_args(argv)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = benchmark_device()
     plan = model_grid.GPU_PLAN
     on_gpu = device.type == "cuda"
     batch, sequence = args.tokens or ((plan.training_batch, plan.training_sequence) if on_gpu else (1, 256))
-    kernel = load_kernel(args.kernel_dir)
     results = {
         "date": utc_now().isoformat(timespec="seconds"),
         "versions": versions(),
-        "device": torch.cuda.get_device_name() if on_gpu else "cpu",
+        "device": device_name(device),
     }
-    for name in args.sizes:
-        size = model_grid.GEMMA3_SIZES[name]
-        layers = args.layers or (size.layers if on_gpu else 2)
-        results[name] = measure(size, layers, batch, sequence, device, kernel.build_dir)
-        for impl in (EAGER, OURS, LIGER):
-            if impl in results[name]:
-                row = results[name][impl]
-                peak = row["peak_bytes_above_weights"]
-                print(f"{name} {impl}: {row['layer_bytes_per_token']:,.0f} B per layer and token "
-                      f"({row['layer_bytes_vs_eager']:.3f}x eager), by part {row['saved_bytes_per_layer_and_token']}"
-                      + ("" if peak is None else f", peak {peak / 2**30:.2f} GiB ({row['peak_vs_eager']:.3f}x)"))
+    kernel = load_kernel(args.kernel_dir)
+    try:
+        for name in args.sizes:
+            size = model_grid.GEMMA3_SIZES[name]
+            layers = args.layers or (size.layers if on_gpu else 2)
+            results[name] = measure(size, layers, batch, sequence, device, kernel.build_dir)
+            for impl in (EAGER, OURS, LIGER):
+                if impl in results[name]:
+                    row = results[name][impl]
+                    peak = row["peak_bytes_above_weights"]
+                    parts = row["saved_bytes_per_layer_and_token"]
+                    print(f"{name} {impl}: {row['layer_bytes_per_token']:,.0f} B per layer and token "
+                          f"({row['layer_bytes_vs_eager']:.3f}x eager), by part {parts}"
+                          + ("" if peak is None else f", peak {peak / 2**30:.2f} GiB ({row['peak_vs_eager']:.3f}x)"))
+    finally:
+        kernel.close()  # the temporary build, where it made one
     args.out.write_text(json.dumps(results, indent=1))
 
 
