@@ -12,6 +12,7 @@ import argparse
 import gc
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -298,6 +299,28 @@ def test_each_batch_waits_behind_a_spin_covering_its_host_time(monkeypatch):
     timer._spin_cycles_per_s = 2e9
     timer._let_host_get_ahead(reps=10, host_s_per_rep=50e-6)
     assert spins == [int(timing.HOST_LEAD_MARGIN * 10 * 50e-6 * 2e9)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="kernel times need a GPU")
+def test_kernel_time_leaves_out_the_waits_for_the_host():
+    """A call that reads a value on the host and then sleeps there: its kernels' time, not the host's pace."""
+    timer = Timer(torch.device("cuda"), warmup_ms=0.01, rep_ms=0.01)
+    x = torch.randn(1 << 20, device="cuda")
+
+    def host_paced() -> None:
+        for _ in range(10):
+            float(x.sum())  # waits for the GPU, as transformers' mask check does
+            time.sleep(2e-3)  # the host's own work, with the GPU idle
+            x.mul_(1.0)
+
+    kernel_s, wall_s = timer.kernel_s(host_paced), timer.wall_s(host_paced)
+    assert wall_s > 20e-3
+    assert 0 < kernel_s < 2e-3  # twenty small kernels, no sleeping
+
+
+def test_kernel_time_on_a_cpu_is_the_wall_time():
+    timer = Timer(torch.device("cpu"), warmup_ms=0.01, rep_ms=0.01)
+    assert timer.kernel_s(lambda: time.sleep(2e-3)) >= 2e-3
 
 
 def test_timing_pauses_the_garbage_collector():

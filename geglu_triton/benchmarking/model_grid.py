@@ -88,6 +88,9 @@ class ModelPlan:
     training_vocab: int
     #: Rounds in which the implementations take turns, for the wall-time loops.
     rounds: int
+    #: Rounds for the whole model's figures (prefill, a decode step, a training step): one sample of
+    #: each implementation per round, of its GPU time and of its wall time.
+    model_rounds: int
     #: Timer settings (milliseconds, as triton.testing.do_bench takes them).
     warmup_ms: float
     rep_ms: float
@@ -120,6 +123,7 @@ GPU_PLAN = ModelPlan(
     training_layers={},
     training_vocab=32768,
     rounds=3,
+    model_rounds=10,
     warmup_ms=5,
     rep_ms=25,
     time_budget_s=330,
@@ -139,6 +143,7 @@ CPU_PLAN = ModelPlan(
     training_layers={"tiny": 1},
     training_vocab=128,
     rounds=1,
+    model_rounds=1,
     warmup_ms=1,
     rep_ms=3,
     time_budget_s=120,

@@ -93,13 +93,14 @@ def readme_table_markdown(results: dict) -> str:
     lines = [
         f"Gemma3 text models ({results['dtype']}, random weights) on {results['meta']['device_name']}, "
         f"{results['meta']['date_utc'][:10]}. MLP: µs per call, GPU time (CUDA-graph replay) at {mlp_headers} tokens "
-        f"and host time at 1 token; prefill: {plan['prefill_tokens']} tokens, GPU ms; decode: batch 1, "
+        f"and host time at 1 token; prefill: {plan['prefill_tokens']} tokens, GPU ms (the sum of its kernels) "
+        "and wall ms; decode: batch 1, "
         f"{plan['new_tokens']} new tokens, tokens/s of HF generate and of a static-cache loop; training: "
-        f"{plan['training_batch']} x {plan['training_sequence']} tokens, forward and backward, GPU ms and peak GiB "
-        "above the weights. (×): speed relative to eager, >1 faster.",
+        f"{plan['training_batch']} x {plan['training_sequence']} tokens, forward and backward, GPU ms (the sum of its "
+        "kernels), wall ms and peak GiB above the weights. (×): speed relative to eager, >1 faster.",
         "",
-        f"| Gemma3 | layers | implementation | MLP GPU µs ({mlp_headers} tok) | MLP host µs | prefill ms | "
-        "decode tok/s (generate / static) | training ms | training peak GiB | matches eager |",
+        f"| Gemma3 | layers | implementation | MLP GPU µs ({mlp_headers} tok) | MLP host µs | prefill ms (GPU / wall) | "
+        "decode tok/s (generate / static) | training ms (GPU / wall) | training peak GiB | matches eager |",
         "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | --- |",
     ]
     for record in in_size_order(results["models"]):
@@ -121,10 +122,11 @@ def readme_table_markdown(results: dict) -> str:
             generate = _figure(decode, name, "generate_tokens_per_s", True)
             loop = _figure(decode, name, "static_loop_tokens_per_s", True)
             host = _figure(_mlp_cell(record, 1), name, "host_us", False)
+            prefill_ms = " / ".join(_figure(prefill, name, key, False, 2) for key in ("device_ms", "wall_ms"))
+            training_ms = " / ".join(_figure(training, name, key, False) for key in ("device_ms", "wall_ms"))
             lines.append(
                 f"| {size} | {layer_text} | {md_cell(label)} | {mlp} | {host} | "
-                f"{_figure(prefill, name, 'device_ms', False, 2)} | {generate} / {loop} | "
-                f"{_figure(training, name, 'device_ms', False)} | {_peak_text(training, name)} | "
+                f"{prefill_ms} | {generate} / {loop} | {training_ms} | {_peak_text(training, name)} | "
                 f"{md_cell(_matches(results, size, name))} |"
             )
     notes = [f"{r['size']}: {r['per_layer_note']}" for r in results["models"] if r.get("per_layer_note")]

@@ -9,9 +9,11 @@ before every timed repetition (random token ids, N(0, 1) MLP inputs).
 Figures, where the device is a GPU:
 
 - device time: GPU time. The MLP's by replaying a CUDA graph of one call per
-  layer (each layer its own weights, as the model holds them); the model's
-  by CUDA events with the batch queued behind a GPU spin (``Timer``), so the
-  GPU never waits for the host.
+  layer (each layer its own weights, as the model holds them); the whole
+  model's (prefill, a decode step, a training step) as the sum of the
+  kernels it ran (``Timer.kernel_s``): transformers' forward waits for the
+  GPU once before its layers, so events behind a spin would time the host's
+  pace there.
 - host time (the MLP): the host's own time per call, the GPU kept ahead
   (``Timer.host_s``): what a call costs the CPU.
 - wall time: to a synchronized result, the GPU not kept ahead: what a user
@@ -56,11 +58,16 @@ def _median_us(seconds: list[float], per: int = 1) -> float:
     return statistics.median(seconds) / per * 1e6
 
 
-def _in_turns(ctx: ModelContext, forwards: ModelForwards, fn: Callable, prepare: Callable, measure) -> dict:
-    """``measure(fn)`` (host or wall seconds) for each implementation, ctx.plan.rounds rounds taken in turns."""
+def _in_turns(
+    ctx: ModelContext, forwards: ModelForwards, fn: Callable, prepare: Callable, measure, rounds: int = 0
+) -> dict:
+    """``measure(fn)`` (host, wall or kernel seconds) for each implementation, in rounds taken in turns.
+
+    ``rounds``: ctx.plan.rounds unless given.
+    """
     samples: dict[str, list[float]] = {name: [] for name in forwards.available}
     with garbage_collector_paused():
-        for _ in range(ctx.plan.rounds):
+        for _ in range(rounds or ctx.plan.rounds):
             for name in forwards.available:
                 forwards.use(name)
                 prepare()
@@ -241,14 +248,16 @@ def prefill_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Ca
                         "argmax_agreement": float((logits.argmax(-1) == expected.argmax(-1)).float().mean()),
                     }
             del logits, expected
-            device_s = _device_timings(ctx, forwards, forward, refresh)
-            wall = _in_turns(ctx, forwards, forward, refresh, ctx.timer.wall_s)
+            rounds = ctx.plan.model_rounds
+            kernels = _in_turns(ctx, forwards, forward, refresh, ctx.timer.kernel_s, rounds)
+            wall = _in_turns(ctx, forwards, forward, refresh, ctx.timer.wall_s, rounds)
             layers = len(forwards.mlps)
             for name in forwards.available:
+                device_ms = statistics.median(kernels[name]) * 1e3
                 results[name].update(
-                    device_ms=device_s[name] * 1e3,
+                    device_ms=device_ms,
                     wall_ms=statistics.median(wall[name]) * 1e3,
-                    device_ms_per_layer=device_s[name] * 1e3 / layers,
+                    device_ms_per_layer=device_ms / layers,
                 )
         except Exception as err:
             _fail_all(results, forwards, err)
@@ -256,7 +265,10 @@ def prefill_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Ca
     return {
         "tokens": tokens,
         "input": "[1, tokens] random token ids, drawn afresh before each repetition; logits of the last position only",
-        "method": "device_ms: CUDA events behind a GPU spin (GPU time), median; wall_ms: to a synchronized result",
+        "method": (
+            f"device_ms: the sum of the forward's kernels (torch.profiler; GPU time without launch gaps); wall_ms: to "
+            f"a synchronized result; medians of {ctx.plan.model_rounds} rounds taken in turns"
+        ),
         "results": results,
     }
 
@@ -368,15 +380,16 @@ def decode_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Cal
         "method": (
             "generate: HF generate, greedy, exactly new_tokens tokens, wall time to a synchronized result (prefill "
             "of the prompt included); static loop: single-token forwards on a StaticCache, the next token chosen on "
-            "the device, wall time of the loop (prefill not included); static_step_device_ms: one such forward, CUDA "
-            "events behind a GPU spin (GPU time); medians over rounds taken in turns, a fresh random prompt each"
+            "the device, wall time of the loop (prefill not included); static_step_device_ms: one such forward, the sum "
+            f"of its kernels (torch.profiler), median of {plan.model_rounds} rounds; medians over rounds taken in "
+            "turns, a fresh random prompt each"
         ),
         "results": results,
     }
 
 
 def _decode_step_device_s(ctx: ModelContext, model, forwards: ModelForwards, prompt: torch.Tensor) -> dict:
-    """Device seconds of one single-token forward on a static cache (median).
+    """GPU seconds of one single-token forward on a static cache (median of its kernels' sums).
 
     Each forward writes the next slot of the cache (transformers keeps its own
     count of the tokens a static cache holds), so the cache is emptied before
@@ -391,7 +404,8 @@ def _decode_step_device_s(ctx: ModelContext, model, forwards: ModelForwards, pro
     def step() -> None:
         model(input_ids=token, past_key_values=cache, cache_position=position)
 
-    return _device_timings(ctx, forwards, step, cache.reset)
+    kernels = _in_turns(ctx, forwards, step, cache.reset, ctx.timer.kernel_s, ctx.plan.model_rounds)
+    return {name: statistics.median(samples) for name, samples in kernels.items()}
 
 
 # --------------------------------------------------------------------------------------------- training
@@ -462,10 +476,12 @@ def training_part(ctx: ModelContext, model, forwards: ModelForwards, progress: C
                 torch.cuda.empty_cache()
             results[name]["peak_bytes_above_weights"] = peak_memory_of_call(device, step)[1]
         model.zero_grad(set_to_none=True)
-        device_s = _device_timings(ctx, forwards, step, refresh)
-        wall = _in_turns(ctx, forwards, step, refresh, ctx.timer.wall_s)
+        kernels = _in_turns(ctx, forwards, step, refresh, ctx.timer.kernel_s, plan.model_rounds)
+        wall = _in_turns(ctx, forwards, step, refresh, ctx.timer.wall_s, plan.model_rounds)
         for name in forwards.available:
-            results[name].update(device_ms=device_s[name] * 1e3, wall_ms=statistics.median(wall[name]) * 1e3)
+            results[name].update(
+                device_ms=statistics.median(kernels[name]) * 1e3, wall_ms=statistics.median(wall[name]) * 1e3
+            )
     except Exception as err:
         _fail_all(results, forwards, err)
     model.zero_grad(set_to_none=True)
@@ -479,8 +495,8 @@ def training_part(ctx: ModelContext, model, forwards: ModelForwards, progress: C
         "note": model_grid.TRAINING_VOCAB_NOTE.format(vocab=vocab),
         "method": (
             "one step: forward and backward of the causal-LM loss (HF labels), gradients set to None before each; "
-            "device_ms: CUDA events behind a GPU spin (GPU time), median; wall_ms: to a synchronized result, median "
-            "over rounds taken in turns; peak_bytes_above_weights: torch.cuda.max_memory_allocated during one step "
+            "device_ms: the sum of the step's kernels (torch.profiler; GPU time without launch gaps); wall_ms: to a "
+            f"synchronized result; medians of {plan.model_rounds} rounds taken in turns; peak_bytes_above_weights: torch.cuda.max_memory_allocated during one step "
             "less what was allocated before it (weights and token ids): activations, the weight gradients, logits "
             "and temporaries"
         ),

@@ -240,6 +240,28 @@ class Timer:
         synchronize(self.device)
         return seconds
 
+    def kernel_s(self, fn: Callable[[], object]) -> float:
+        """GPU seconds of one ``fn()``: the sum of the kernels (and copies) it ran, as torch.profiler records them.
+
+        For a whole model's forward or training step, where CUDA events behind
+        a spin do not give GPU time: transformers' forward reads a value on
+        the host before its layers run (the causal mask's packed-sequence
+        check), which waits for the spin, so the layers' launches are queued
+        at the host's pace and the GPU waits for them in between. The sum of
+        the kernels' own times leaves those waits out, and the launch gaps
+        too (about a microsecond per kernel). On a CPU, the call's wall time.
+        """
+        if self.device.type != "cuda":
+            return self.wall_s(fn)
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        synchronize(self.device)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            fn()
+            synchronize(self.device)
+        return sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA) / 1e6
+
     def wall_s(self, fn: Callable[[], object]) -> float:
         """Wall seconds of one ``fn()`` to a synchronized result: the host's time or the GPU's, whichever bounds it."""
         synchronize(self.device)
