@@ -197,6 +197,24 @@ def test_saved_activations_counts_each_mlp_tensor_once(build_dir, tmp_path):
     assert record["ours"]["saved_bytes"]["outside the layers"] == record["eager"]["saved_bytes"]["outside the layers"] > 0
 
 
+def test_training_probe_times_each_phase_of_the_step(build_dir, tmp_path):
+    """benchmarks/training_probe.py on the tiny Gemma3: both phases timed, and ours' step is the whole-MLP step."""
+    import runpy
+
+    script = runpy.run_path(str(REPO_ROOT / "benchmarks" / "training_probe.py"))
+    out = tmp_path / "probe.json"
+    script["main"](["--size", "tiny", "--layers", "1", "--tokens", "1", "8", "--kernel-dir", str(build_dir),
+                    "--out", str(out)])
+    results = json.loads(out.read_text())["results"]
+    assert {"eager", "ours"} <= set(results)
+    for record in results.values():
+        for phase in ("forward", "backward"):
+            assert record[f"{phase}_wall_ms"] > 0 and record[f"{phase}_gpu_ms"] > 0
+            assert record["host_calls"][phase]["top_ops_self_us"]
+    assert "GeGLUMLPFunction" in results["ours"]["host_calls"]["forward"]["top_ops_self_us"]
+    assert "GeGLUMLPFunction" not in results["eager"]["host_calls"]["forward"]["top_ops_self_us"]
+
+
 def test_kernels_benchmark_script_runs_and_verifies(build_dir):
     """benchmarks/benchmark.py through the `kernels benchmark` runner, against our build."""
     runner = pytest.importorskip("kernels.cli.benchmark")

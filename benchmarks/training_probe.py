@@ -1,0 +1,186 @@
+"""Where a Gemma3 training step's wall time goes beyond its GPU time, phase by phase, for eager, ours and Liger.
+
+``bench --models`` times a whole step: GPU time (the sum of its kernels) and
+wall time. On the H200's host the two differ by a quarter (the step waits
+for the host), and ours can be ahead in GPU time and behind in wall time.
+This script splits the step into its forward (to the loss) and its backward
+and, for each implementation in rounds taken in turns, measures each phase's
+wall time (synchronized before and after) and GPU time (its kernels' sum).
+The phase whose wall time exceeds its GPU time is the one the host paces.
+Then it profiles one step per implementation and counts, per phase, what
+the host did there: kernel launches, calls that wait for the GPU
+(synchronizations, copies to the host), allocations from the driver, and
+the CPU ops with the most self time.
+
+    python benchmarks/training_probe.py --out probe.json [--size 1b] [--layers N] [--tokens B S] [--kernel-dir build]
+
+Without a GPU, use the tiny size: a smoke test (the figures are perf_counter's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from geglu_triton.benchmarking import model_grid
+from geglu_triton.benchmarking.environment import benchmark_device, device_name, load_kernel, utc_now, versions
+from geglu_triton.benchmarking.implementations import EAGER, LIGER, OURS
+from geglu_triton.benchmarking.model_implementations import ModelForwards
+from geglu_triton.benchmarking.timing import Timer, garbage_collector_paused, synchronize
+
+ROUNDS = 5
+PHASES = ("forward", "backward")
+#: CUDA runtime and driver calls, by what they mean for the host's pace.
+LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC")
+WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpyAsync", "cudaMemcpy")
+ALLOCATIONS = ("cudaMalloc", "cudaFree")
+TOP_OPS = 12
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    parser.add_argument("--size", default="1b", choices=list(model_grid.GEMMA3_SIZES))
+    parser.add_argument("--layers", type=int, help="layers to build (default: all of the size's)")
+    parser.add_argument("--tokens", type=int, nargs=2, metavar=("BATCH", "SEQUENCE"), default=(8, 1024))
+    parser.add_argument("--kernel-dir", type=Path, help="an existing build (default: build this checkout)")
+    return parser.parse_args(argv)
+
+
+def _host_calls_by_phase(prof, phase_ranges: dict[str, tuple[float, float]]) -> dict[str, dict]:
+    """Per phase: launches, waits for the GPU, driver allocations, and the CPU ops with the most self time."""
+    from torch.autograd import DeviceType
+
+    counts = {phase: Counter() for phase in PHASES}
+    self_us = {phase: Counter() for phase in PHASES}
+    for event in prof.events():
+        if event.device_type != DeviceType.CPU or event.name in PHASES:
+            continue
+        start = event.time_range.start
+        phase = next((p for p, (lo, hi) in phase_ranges.items() if lo <= start < hi), None)
+        if phase is None:
+            continue
+        self_us[phase][event.name] += event.self_cpu_time_total
+        for kind, names in (("launches", LAUNCHES), ("waits", WAITS), ("driver allocations", ALLOCATIONS)):
+            if event.name in names:
+                counts[phase][kind] += 1
+                if kind != "launches":
+                    counts[phase][event.name] += 1
+    return {
+        phase: {
+            **dict(counts[phase]),
+            "top_ops_self_us": dict(self_us[phase].most_common(TOP_OPS)),
+        }
+        for phase in PHASES
+    }
+
+
+def _measure(size, layers: int, batch: int, sequence: int, vocab: int, device: torch.device, kernel_dir) -> dict:
+    """Each implementation's phases (medians of ROUNDS rounds in turns) and one profiled step's host calls."""
+    model = model_grid.build_model(size, layers, device, vocab=vocab).train()
+    forwards = ModelForwards(
+        model, (EAGER, OURS, LIGER), kernel_dir=kernel_dir, approximate=model_grid.APPROXIMATE, device=device,
+        training=True,
+    )
+    ids = torch.randint(vocab, (batch, sequence), device=device)
+    timer = Timer(device, warmup_ms=1, rep_ms=1)
+    state: dict = {}
+
+    def forward() -> None:
+        state["loss"] = model(input_ids=ids, labels=ids, use_cache=False).loss
+
+    def backward() -> None:
+        state.pop("loss").backward()
+
+    def refresh() -> None:
+        model.zero_grad(set_to_none=True)
+        ids.random_(0, vocab)
+
+    samples = {name: {f"{p}_{k}": [] for p in PHASES for k in ("wall_ms", "gpu_ms")} for name in forwards.available}
+    for name in forwards.available:  # warm-up: compiles, autotuning, the allocator's cache
+        forwards.use(name)
+        for _ in range(2):
+            refresh()
+            forward()
+            backward()
+    with garbage_collector_paused():
+        for _ in range(ROUNDS):
+            for name in forwards.available:
+                forwards.use(name)
+                for measure, key in ((timer.wall_s, "wall_ms"), (timer.kernel_s, "gpu_ms")):
+                    refresh()
+                    for phase, fn in zip(PHASES, (forward, backward)):
+                        samples[name][f"{phase}_{key}"].append(measure(fn) * 1e3)
+    record: dict = {}
+    for name in forwards.available:
+        forwards.use(name)
+        refresh()
+        synchronize(device)
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as prof:
+            with torch.profiler.record_function("forward"):
+                forward()
+            with torch.profiler.record_function("backward"):
+                backward()
+            synchronize(device)
+        ranges = {e.name: (e.time_range.start, e.time_range.end) for e in prof.events() if e.name in PHASES}
+        medians = {key: statistics.median(values) for key, values in samples[name].items()}
+        record[name] = {
+            **medians,
+            "host_paced_ms": {p: medians[f"{p}_wall_ms"] - medians[f"{p}_gpu_ms"] for p in PHASES},
+            "host_calls": _host_calls_by_phase(prof, ranges),
+        }
+        print(
+            f"{name}: " + ", ".join(
+                f"{p} wall {medians[f'{p}_wall_ms']:.1f} / GPU {medians[f'{p}_gpu_ms']:.1f} ms" for p in PHASES
+            )
+        )
+        for phase in PHASES:
+            calls = record[name]["host_calls"][phase]
+            counted = {k: v for k, v in calls.items() if k != "top_ops_self_us"}
+            print(f"  {phase}: {counted}")
+            print("    " + "; ".join(f"{op} {us:.0f}" for op, us in calls["top_ops_self_us"].items()))
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse(argv)
+    device = benchmark_device()
+    size = model_grid.GEMMA3_SIZES[args.size]
+    layers = min(args.layers or size.layers, size.layers)
+    batch, sequence = args.tokens
+    vocab = model_grid.GPU_PLAN.training_vocab if device.type == "cuda" else model_grid.CPU_PLAN.training_vocab
+    kernel = load_kernel(args.kernel_dir)
+    try:
+        record = _measure(size, layers, batch, sequence, vocab, device, kernel.build_dir)
+    finally:
+        kernel.close()  # the temporary build, where it made one
+    result = {
+        "what": __doc__.splitlines()[0],
+        "size": args.size,
+        "layers": layers,
+        "tokens": [batch, sequence],
+        "vocab": vocab,
+        "rounds": ROUNDS,
+        "device": device_name(device),
+        "date": utc_now().isoformat(timespec="seconds"),
+        "versions": versions(),
+        "method": (
+            "per phase (forward to the loss; backward): wall_ms synchronized before and after, gpu_ms the sum of its "
+            "kernels (torch.profiler), medians of rounds taken in turns; host_paced_ms = wall - GPU; host_calls: "
+            "one profiled step, CPU events by the phase they start in, self CPU time in microseconds"
+        ),
+        "results": record,
+    }
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
