@@ -7,10 +7,14 @@ This script splits the step into its forward (to the loss) and its backward
 and, for each implementation in rounds taken in turns, measures each phase's
 wall time (synchronized before and after) and GPU time (its kernels' sum).
 The phase whose wall time exceeds its GPU time is the one the host paces.
+The backward is also timed on the calling thread (autograd's multithreading
+off), where a Python backward does not hand the GIL to a worker thread.
 Then it profiles one step per implementation and counts, per phase, what
 the host did there: kernel launches, calls that wait for the GPU
-(synchronizations, copies to the host), allocations from the driver, and
-the CPU ops with the most self time.
+(synchronizations, copies to the host), allocations from the driver, the
+CPU ops with the most self time, and the GPU's idle gaps between kernels.
+It also lists the process's Python threads (any of them can take the GIL
+when a backward releases it).
 
     python benchmarks/training_probe.py --out probe.json [--size 1b] [--layers N] [--tokens B S] [--kernel-dir build]
 
@@ -22,6 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -40,6 +46,8 @@ LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunc
 WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpyAsync", "cudaMemcpy")
 ALLOCATIONS = ("cudaMalloc", "cudaFree")
 TOP_OPS = 12
+#: GPU idle stretches shorter than this are launch gaps, not waits for the host.
+GAP_US = 50
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -52,18 +60,26 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _host_calls_by_phase(prof, phase_ranges: dict[str, tuple[float, float]]) -> dict[str, dict]:
-    """Per phase: launches, waits for the GPU, driver allocations, and the CPU ops with the most self time."""
+def _host_calls_by_phase(prof, forward_end_us: float) -> dict[str, dict]:
+    """Per phase: launches, waits for the GPU, driver allocations, the CPU ops with the most self time, and the
+    GPU's idle gaps of more than GAP_US between kernels.
+
+    An event belongs to the forward if it starts before the forward's end,
+    else to the backward (whose ops run on autograd's worker thread).
+    """
     from torch.autograd import DeviceType
 
     counts = {phase: Counter() for phase in PHASES}
     self_us = {phase: Counter() for phase in PHASES}
+    kernels: dict[str, list] = {phase: [] for phase in PHASES}
     for event in prof.events():
-        if event.device_type != DeviceType.CPU or event.name in PHASES:
+        if event.name in PHASES:
             continue
-        start = event.time_range.start
-        phase = next((p for p, (lo, hi) in phase_ranges.items() if lo <= start < hi), None)
-        if phase is None:
+        phase = PHASES[0] if event.time_range.start < forward_end_us else PHASES[1]
+        if event.device_type == DeviceType.CUDA:
+            kernels[phase].append((event.time_range.start, event.time_range.end))
+            continue
+        if event.device_type != DeviceType.CPU:
             continue
         self_us[phase][event.name] += event.self_cpu_time_total
         for kind, names in (("launches", LAUNCHES), ("waits", WAITS), ("driver allocations", ALLOCATIONS)):
@@ -71,13 +87,26 @@ def _host_calls_by_phase(prof, phase_ranges: dict[str, tuple[float, float]]) -> 
                 counts[phase][kind] += 1
                 if kind != "launches":
                     counts[phase][event.name] += 1
+    gaps = {phase: _idle_gaps_us(sorted(kernels[phase])) for phase in PHASES}
     return {
         phase: {
             **dict(counts[phase]),
+            f"gpu_gaps_over_{GAP_US}_us": len(gaps[phase]),
+            "gpu_gap_ms": sum(gaps[phase]) / 1e3,
             "top_ops_self_us": dict(self_us[phase].most_common(TOP_OPS)),
         }
         for phase in PHASES
     }
+
+
+def _idle_gaps_us(kernel_ranges: list[tuple[float, float]]) -> list[float]:
+    """The GPU's idle stretches longer than GAP_US between consecutive kernels (start-sorted ranges, microseconds)."""
+    gaps, busy_until = [], None
+    for start, end in kernel_ranges:
+        if busy_until is not None and start - busy_until > GAP_US:
+            gaps.append(start - busy_until)
+        busy_until = end if busy_until is None else max(busy_until, end)
+    return gaps
 
 
 def _measure(size, layers: int, batch: int, sequence: int, vocab: int, device: torch.device, kernel_dir) -> dict:
@@ -101,7 +130,8 @@ def _measure(size, layers: int, batch: int, sequence: int, vocab: int, device: t
         model.zero_grad(set_to_none=True)
         ids.random_(0, vocab)
 
-    samples = {name: {f"{p}_{k}": [] for p in PHASES for k in ("wall_ms", "gpu_ms")} for name in forwards.available}
+    keys = [f"{p}_{k}" for p in PHASES for k in ("wall_ms", "gpu_ms")] + ["backward_calling_thread_wall_ms"]
+    samples = {name: {key: [] for key in keys} for name in forwards.available}
     for name in forwards.available:  # warm-up: compiles, autotuning, the allocator's cache
         forwards.use(name)
         for _ in range(2):
@@ -116,6 +146,10 @@ def _measure(size, layers: int, batch: int, sequence: int, vocab: int, device: t
                     refresh()
                     for phase, fn in zip(PHASES, (forward, backward)):
                         samples[name][f"{phase}_{key}"].append(measure(fn) * 1e3)
+                refresh()
+                forward()
+                with torch.autograd.set_multithreading_enabled(False):  # the backward on this thread
+                    samples[name]["backward_calling_thread_wall_ms"].append(timer.wall_s(backward) * 1e3)
     record: dict = {}
     for name in forwards.available:
         forwards.use(name)
@@ -130,17 +164,17 @@ def _measure(size, layers: int, batch: int, sequence: int, vocab: int, device: t
             with torch.profiler.record_function("backward"):
                 backward()
             synchronize(device)
-        ranges = {e.name: (e.time_range.start, e.time_range.end) for e in prof.events() if e.name in PHASES}
+        forward_end_us = next(e.time_range.end for e in prof.events() if e.name == PHASES[0])
         medians = {key: statistics.median(values) for key, values in samples[name].items()}
         record[name] = {
             **medians,
             "host_paced_ms": {p: medians[f"{p}_wall_ms"] - medians[f"{p}_gpu_ms"] for p in PHASES},
-            "host_calls": _host_calls_by_phase(prof, ranges),
+            "host_calls": _host_calls_by_phase(prof, forward_end_us),
         }
         print(
             f"{name}: " + ", ".join(
                 f"{p} wall {medians[f'{p}_wall_ms']:.1f} / GPU {medians[f'{p}_gpu_ms']:.1f} ms" for p in PHASES
-            )
+            ) + f"; backward on the calling thread: wall {medians['backward_calling_thread_wall_ms']:.1f} ms"
         )
         for phase in PHASES:
             calls = record[name]["host_calls"][phase]
@@ -169,13 +203,17 @@ def main(argv: list[str] | None = None) -> None:
         "tokens": [batch, sequence],
         "vocab": vocab,
         "rounds": ROUNDS,
+        "python_threads": [thread.name for thread in threading.enumerate()],
+        "switch_interval_s": sys.getswitchinterval(),
         "device": device_name(device),
         "date": utc_now().isoformat(timespec="seconds"),
         "versions": versions(),
         "method": (
             "per phase (forward to the loss; backward): wall_ms synchronized before and after, gpu_ms the sum of its "
-            "kernels (torch.profiler), medians of rounds taken in turns; host_paced_ms = wall - GPU; host_calls: "
-            "one profiled step, CPU events by the phase they start in, self CPU time in microseconds"
+            "kernels (torch.profiler), medians of rounds taken in turns; backward_calling_thread_wall_ms: the backward "
+            "with autograd's multithreading off (on the calling thread, not a worker); host_paced_ms = wall - GPU; "
+            "host_calls: one profiled step, events by the phase they start in, self CPU time in microseconds, the "
+            "GPU's idle gaps between kernels"
         ),
         "results": record,
     }
