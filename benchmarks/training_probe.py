@@ -39,7 +39,7 @@ from geglu_triton.benchmarking.implementations import EAGER, LIGER, OURS
 from geglu_triton.benchmarking.model_implementations import ModelForwards
 from geglu_triton.benchmarking.timing import Timer, garbage_collector_paused, synchronize
 
-ROUNDS = 5
+DEFAULT_ROUNDS = 5
 PHASES = ("forward", "backward")
 #: CUDA runtime and driver calls, by what they mean for the host's pace.
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC")
@@ -57,6 +57,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--layers", type=int, help="layers to build (default: all of the size's)")
     parser.add_argument("--tokens", type=int, nargs=2, metavar=("BATCH", "SEQUENCE"), default=(8, 1024))
     parser.add_argument("--kernel-dir", type=Path, help="an existing build (default: build this checkout)")
+    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="rounds taken in turns")
     return parser.parse_args(argv)
 
 
@@ -109,8 +110,10 @@ def _idle_gaps_us(kernel_ranges: list[tuple[float, float]]) -> list[float]:
     return gaps
 
 
-def _measure(size, layers: int, batch: int, sequence: int, vocab: int, device: torch.device, kernel_dir) -> dict:
-    """Each implementation's phases (medians of ROUNDS rounds in turns) and one profiled step's host calls."""
+def _measure(
+    size, layers: int, batch: int, sequence: int, vocab: int, rounds: int, device: torch.device, kernel_dir
+) -> dict:
+    """Each implementation's phases (medians of ``rounds`` rounds in turns) and one profiled step's host calls."""
     model = model_grid.build_model(size, layers, device, vocab=vocab).train()
     forwards = ModelForwards(
         model, (EAGER, OURS, LIGER), kernel_dir=kernel_dir, approximate=model_grid.APPROXIMATE, device=device,
@@ -139,7 +142,7 @@ def _measure(size, layers: int, batch: int, sequence: int, vocab: int, device: t
             forward()
             backward()
     with garbage_collector_paused():
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             for name in forwards.available:
                 forwards.use(name)
                 for measure, key in ((timer.wall_s, "wall_ms"), (timer.kernel_s, "gpu_ms")):
@@ -193,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     vocab = model_grid.GPU_PLAN.training_vocab if device.type == "cuda" else model_grid.CPU_PLAN.training_vocab
     kernel = load_kernel(args.kernel_dir)
     try:
-        record = _measure(size, layers, batch, sequence, vocab, device, kernel.build_dir)
+        record = _measure(size, layers, batch, sequence, vocab, args.rounds, device, kernel.build_dir)
     finally:
         kernel.close()  # the temporary build, where it made one
     result = {
@@ -202,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
         "layers": layers,
         "tokens": [batch, sequence],
         "vocab": vocab,
-        "rounds": ROUNDS,
+        "rounds": args.rounds,
         "python_threads": [thread.name for thread in threading.enumerate()],
         "switch_interval_s": sys.getswitchinterval(),
         "device": device_name(device),
