@@ -14,7 +14,8 @@ the host did there: kernel launches, calls that wait for the GPU
 (synchronizations, copies to the host), allocations from the driver, the
 CPU ops with the most self time, and the GPU's idle gaps between kernels.
 It also lists the process's Python threads (any of them can take the GIL
-when a backward releases it).
+when a backward releases it), and times one ATen call made from a Python
+backward (each releases the GIL while it dispatches) on either thread.
 
     python benchmarks/training_probe.py --out probe.json [--size 1b] [--layers N] [--tokens B S] [--kernel-dir build]
 
@@ -28,6 +29,7 @@ import json
 import statistics
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -48,6 +50,44 @@ ALLOCATIONS = ("cudaMalloc", "cudaFree")
 TOP_OPS = 12
 #: GPU idle stretches shorter than this are launch gaps, not waits for the host.
 GAP_US = 50
+
+
+class _ViewsInBackward(torch.autograd.Function):
+    """Identity whose backward calls ``views`` cheap ATen ops from Python (each a dispatch that releases the GIL)."""
+
+    @staticmethod
+    def forward(ctx, x, views):
+        ctx.views = views
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        for _ in range(ctx.views):
+            grad = grad.view_as(grad)
+        return grad, None
+
+
+def python_backward_op_us(device: torch.device, views: int = 50, reps: int = 20) -> dict[str, float]:
+    """Host microseconds one ATen call costs inside a Python backward, on autograd's worker thread and on the
+    calling thread: the fastest of ``reps`` backwards with ``views`` calls, less one with none, per call."""
+    x = torch.zeros(16, device=device, requires_grad=True)
+
+    def fastest_backward_s(n: int) -> float:
+        best = float("inf")
+        for _ in range(reps):
+            y = _ViewsInBackward.apply(x, n)
+            synchronize(device)
+            start = time.perf_counter()
+            y.backward(torch.ones_like(y))
+            synchronize(device)
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    costs = {}
+    for thread, multithreading in (("worker_thread", True), ("calling_thread", False)):
+        with torch.autograd.set_multithreading_enabled(multithreading):
+            costs[thread] = (fastest_backward_s(views) - fastest_backward_s(0)) / views * 1e6
+    return costs
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -194,6 +234,8 @@ def main(argv: list[str] | None = None) -> None:
     layers = min(args.layers or size.layers, size.layers)
     batch, sequence = args.tokens
     vocab = model_grid.GPU_PLAN.training_vocab if device.type == "cuda" else model_grid.CPU_PLAN.training_vocab
+    op_us = python_backward_op_us(device)
+    print("one ATen call in a Python backward: " + ", ".join(f"{k} {v:.1f} us" for k, v in op_us.items()))
     kernel = load_kernel(args.kernel_dir)
     try:
         record = _measure(size, layers, batch, sequence, vocab, args.rounds, device, kernel.build_dir)
@@ -206,6 +248,7 @@ def main(argv: list[str] | None = None) -> None:
         "tokens": [batch, sequence],
         "vocab": vocab,
         "rounds": args.rounds,
+        "python_backward_aten_call_us": op_us,
         "python_threads": [thread.name for thread in threading.enumerate()],
         "switch_interval_s": sys.getswitchinterval(),
         "device": device_name(device),

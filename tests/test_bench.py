@@ -205,7 +205,9 @@ def test_training_probe_times_each_phase_of_the_step(build_dir, tmp_path):
     out = tmp_path / "probe.json"
     script["main"](["--size", "tiny", "--layers", "1", "--tokens", "1", "8", "--kernel-dir", str(build_dir),
                     "--out", str(out)])
-    results = json.loads(out.read_text())["results"]
+    probe = json.loads(out.read_text())
+    assert all(us > 0 for us in probe["python_backward_aten_call_us"].values())
+    results = probe["results"]
     assert {"eager", "ours"} <= set(results)
     for record in results.values():
         for phase in ("forward", "backward"):
