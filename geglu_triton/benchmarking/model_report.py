@@ -99,8 +99,9 @@ def readme_table_markdown(results: dict) -> str:
         f"{plan['training_batch']} x {plan['training_sequence']} tokens, forward and backward, GPU ms (the sum of its "
         "kernels), wall ms and peak GiB above the weights. (×): speed relative to eager, >1 faster.",
         "",
-        f"| Gemma3 | layers | implementation | MLP GPU µs ({mlp_headers} tok) | MLP host µs | prefill ms (GPU / wall) | "
-        "decode tok/s (generate / static) | training ms (GPU / wall) | training peak GiB | matches eager |",
+        f"| Gemma3 | layers | implementation | MLP GPU µs ({mlp_headers} tok) | MLP host µs | "
+        "prefill ms (GPU / wall) | decode tok/s (generate / static) | training ms (GPU / wall) | training peak GiB | "
+        "matches eager |",
         "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | --- |",
     ]
     for record in in_size_order(results["models"]):

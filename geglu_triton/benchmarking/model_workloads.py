@@ -380,9 +380,9 @@ def decode_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Cal
         "method": (
             "generate: HF generate, greedy, exactly new_tokens tokens, wall time to a synchronized result (prefill "
             "of the prompt included); static loop: single-token forwards on a StaticCache, the next token chosen on "
-            "the device, wall time of the loop (prefill not included); static_step_device_ms: one such forward, the sum "
-            f"of its kernels (torch.profiler), median of {plan.model_rounds} rounds; medians over rounds taken in "
-            "turns, a fresh random prompt each"
+            "the device, wall time of the loop (prefill not included); static_step_device_ms: one such forward, the "
+            f"sum of its kernels (torch.profiler), median of {plan.model_rounds} rounds; medians over rounds taken "
+            "in turns, a fresh random prompt each"
         ),
         "results": results,
     }
@@ -496,8 +496,8 @@ def training_part(ctx: ModelContext, model, forwards: ModelForwards, progress: C
         "method": (
             "one step: forward and backward of the causal-LM loss (HF labels), gradients set to None before each; "
             "device_ms: the sum of the step's kernels (torch.profiler; GPU time without launch gaps); wall_ms: to a "
-            f"synchronized result; medians of {plan.model_rounds} rounds taken in turns; peak_bytes_above_weights: torch.cuda.max_memory_allocated during one step "
-            "less what was allocated before it (weights and token ids): activations, the weight gradients, logits "
+            f"synchronized result; medians of {plan.model_rounds} rounds taken in turns; peak_bytes_above_weights: "
+            "torch.cuda.max_memory_allocated during one step less what was allocated before it (weights and token ids): activations, the weight gradients, logits "
             "and temporaries"
         ),
         "results": results,
