@@ -12,7 +12,8 @@ off), where a Python backward does not hand the GIL to a worker thread.
 Then it profiles one step per implementation and counts, per phase, what
 the host did there: kernel launches, calls that wait for the GPU
 (synchronizations, copies to the host), allocations from the driver, the
-CPU ops with the most self time, and the GPU's idle gaps between kernels.
+CPU ops with the most self time, and the GPU's idle gaps between kernels,
+each charged to the host op and the autograd node running meanwhile.
 It also lists the process's Python threads (any of them can take the GIL
 when a backward releases it), and times one ATen call made from a Python
 backward (each releases the GIL while it dispatches) on either thread.
@@ -25,6 +26,7 @@ Without a GPU, use the tiny size: a smoke test (the figures are perf_counter's).
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import statistics
 import sys
@@ -50,6 +52,8 @@ ALLOCATIONS = ("cudaMalloc", "cudaFree")
 TOP_OPS = 12
 #: GPU idle stretches shorter than this are launch gaps, not waits for the host.
 GAP_US = 50
+#: The profiler's name for the host time of one autograd node in the backward.
+NODE_PREFIX = "autograd::engine::evaluate_function: "
 
 
 class _ViewsInBackward(torch.autograd.Function):
@@ -113,6 +117,7 @@ def _host_calls_by_phase(prof, forward_end_us: float) -> dict[str, dict]:
     counts = {phase: Counter() for phase in PHASES}
     self_us = {phase: Counter() for phase in PHASES}
     kernels: dict[str, list] = {phase: [] for phase in PHASES}
+    host_ops: dict[str, list] = {phase: [] for phase in PHASES}
     for event in prof.events():
         if event.name in PHASES:
             continue
@@ -123,31 +128,59 @@ def _host_calls_by_phase(prof, forward_end_us: float) -> dict[str, dict]:
         if event.device_type != DeviceType.CPU:
             continue
         self_us[phase][event.name] += event.self_cpu_time_total
+        host_ops[phase].append((event.name, event.time_range.start, event.time_range.end))
         for kind, names in (("launches", LAUNCHES), ("waits", WAITS), ("driver allocations", ALLOCATIONS)):
             if event.name in names:
                 counts[phase][kind] += 1
                 if kind != "launches":
                     counts[phase][event.name] += 1
-    gaps = {phase: _idle_gaps_us(sorted(kernels[phase])) for phase in PHASES}
-    return {
-        phase: {
+    record = {}
+    for phase in PHASES:
+        gaps = idle_gaps(sorted(kernels[phase]))
+        by_op, by_node = idle_time_by_host_op(gaps, host_ops[phase])
+        record[phase] = {
             **dict(counts[phase]),
-            f"gpu_gaps_over_{GAP_US}_us": len(gaps[phase]),
-            "gpu_gap_ms": sum(gaps[phase]) / 1e3,
+            f"gpu_gaps_over_{GAP_US}_us": len(gaps),
+            "gpu_gap_ms": sum(end - start for start, end in gaps) / 1e3,
+            "gpu_idle_us_by_host_op": dict(by_op.most_common(TOP_OPS)),
+            "gpu_idle_us_by_autograd_node": dict(by_node.most_common(TOP_OPS)),
             "top_ops_self_us": dict(self_us[phase].most_common(TOP_OPS)),
         }
-        for phase in PHASES
-    }
+    return record
 
 
-def _idle_gaps_us(kernel_ranges: list[tuple[float, float]]) -> list[float]:
-    """The GPU's idle stretches longer than GAP_US between consecutive kernels (start-sorted ranges, microseconds)."""
+def idle_gaps(kernel_ranges: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The GPU's idle stretches longer than GAP_US between kernels (start-sorted (start, end) ranges, us)."""
     gaps, busy_until = [], None
     for start, end in kernel_ranges:
         if busy_until is not None and start - busy_until > GAP_US:
-            gaps.append(start - busy_until)
+            gaps.append((busy_until, start))
         busy_until = end if busy_until is None else max(busy_until, end)
     return gaps
+
+
+def idle_time_by_host_op(gaps: list[tuple[float, float]], host_ops: list[tuple[str, float, float]]):
+    """The GPU's idle time, charged to what the host was doing then: (by op, by autograd node), in us.
+
+    Each gap goes to the innermost host op running at its midpoint (the
+    shortest (name, start, end) covering it: what the GPU was waiting on) and
+    to the innermost autograd node covering it (``NODE_PREFIX`` events, the
+    backward's nodes on autograd's thread).
+    """
+    midpoints = [(start + end) / 2 for start, end in gaps]
+    innermost: list = [None] * len(gaps)
+    node: list = [None] * len(gaps)
+    for name, start, end in host_ops:
+        for i in range(bisect.bisect_left(midpoints, start), bisect.bisect_right(midpoints, end)):
+            if innermost[i] is None or end - start < innermost[i][1]:
+                innermost[i] = (name, end - start)
+            if name.startswith(NODE_PREFIX) and (node[i] is None or end - start < node[i][1]):
+                node[i] = (name.removeprefix(NODE_PREFIX), end - start)
+    by_op, by_node = Counter(), Counter()
+    for (start, end), op, enclosing in zip(gaps, innermost, node):
+        by_op[op[0] if op else "(no host op)"] += end - start
+        by_node[enclosing[0] if enclosing else "(no autograd node)"] += end - start
+    return by_op, by_node
 
 
 def _measure(
@@ -221,9 +254,9 @@ def _measure(
         )
         for phase in PHASES:
             calls = record[name]["host_calls"][phase]
-            counted = {k: v for k, v in calls.items() if k != "top_ops_self_us"}
-            print(f"  {phase}: {counted}")
-            print("    " + "; ".join(f"{op} {us:.0f}" for op, us in calls["top_ops_self_us"].items()))
+            print(f"  {phase}: " + str({k: v for k, v in calls.items() if not isinstance(v, dict)}))
+            for key in ("gpu_idle_us_by_autograd_node", "gpu_idle_us_by_host_op", "top_ops_self_us"):
+                print(f"    {key}: " + "; ".join(f"{op} {us:.0f}" for op, us in calls[key].items()))
     return record
 
 

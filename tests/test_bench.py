@@ -213,8 +213,23 @@ def test_training_probe_times_each_phase_of_the_step(build_dir, tmp_path):
         for phase in ("forward", "backward"):
             assert record[f"{phase}_wall_ms"] > 0 and record[f"{phase}_gpu_ms"] > 0
             assert record["host_calls"][phase]["top_ops_self_us"]
+            assert "gpu_idle_us_by_host_op" in record["host_calls"][phase]  # empty on a CPU: no kernels
     assert "GeGLUMLPFunction" in results["ours"]["host_calls"]["forward"]["top_ops_self_us"]
     assert "GeGLUMLPFunction" not in results["eager"]["host_calls"]["forward"]["top_ops_self_us"]
+
+
+def test_training_probe_charges_gpu_idle_time_to_the_host_op_running_then():
+    import runpy
+
+    script = runpy.run_path(str(REPO_ROOT / "benchmarks" / "training_probe.py"))
+    kernels = [(0, 10), (100, 110), (112, 120), (300, 310)]  # idle 10-100 and 120-300; 110-112 is a launch gap
+    gaps = script["idle_gaps"](kernels)
+    assert gaps == [(10, 100), (120, 300)]
+    node = script["NODE_PREFIX"] + "GeGLUMLPFunctionBackward"
+    host_ops = [(node, 0, 150), ("aten::mm", 40, 70), ("aten::empty", 180, 250), ("cudaLaunchKernel", 260, 262)]
+    by_op, by_node = script["idle_time_by_host_op"](gaps, host_ops)
+    assert by_op == {"aten::mm": 90, "aten::empty": 180}
+    assert by_node == {"GeGLUMLPFunctionBackward": 90, "(no autograd node)": 180}
 
 
 def test_kernels_benchmark_script_runs_and_verifies(build_dir):
