@@ -47,7 +47,9 @@ DEFAULT_ROUNDS = 5
 PHASES = ("forward", "backward")
 #: CUDA runtime and driver calls, by what they mean for the host's pace.
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC")
-WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpyAsync", "cudaMemcpy")
+#: cudaMemcpyAsync waits only for a copy to pageable host memory: the copies are counted by direction from
+#: the GPU's side (its "Memcpy DtoH (Device -> Pageable)" events and the like), under "gpu_copies".
+WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 ALLOCATIONS = ("cudaMalloc", "cudaFree")
 TOP_OPS = 12
 #: GPU idle stretches shorter than this are launch gaps, not waits for the host.
@@ -106,8 +108,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _host_calls_by_phase(prof, forward_end_us: float) -> dict[str, dict]:
-    """Per phase: launches, waits for the GPU, driver allocations, the CPU ops with the most self time, and the
-    GPU's idle gaps of more than GAP_US between kernels.
+    """Per phase: launches, waits for the GPU, driver allocations, the GPU's copies by direction, the CPU ops with
+    the most self time, and the GPU's idle gaps of more than GAP_US between kernels.
 
     An event belongs to the forward if it starts before the forward's end,
     else to the backward (whose ops run on autograd's worker thread).
@@ -115,6 +117,7 @@ def _host_calls_by_phase(prof, forward_end_us: float) -> dict[str, dict]:
     from torch.autograd import DeviceType
 
     counts = {phase: Counter() for phase in PHASES}
+    copies = {phase: Counter() for phase in PHASES}
     self_us = {phase: Counter() for phase in PHASES}
     kernels: dict[str, list] = {phase: [] for phase in PHASES}
     host_ops: dict[str, list] = {phase: [] for phase in PHASES}
@@ -124,6 +127,8 @@ def _host_calls_by_phase(prof, forward_end_us: float) -> dict[str, dict]:
         phase = PHASES[0] if event.time_range.start < forward_end_us else PHASES[1]
         if event.device_type == DeviceType.CUDA:
             kernels[phase].append((event.time_range.start, event.time_range.end))
+            if event.name.startswith("Memcpy"):
+                copies[phase][event.name] += 1
             continue
         if event.device_type != DeviceType.CPU:
             continue
@@ -142,6 +147,7 @@ def _host_calls_by_phase(prof, forward_end_us: float) -> dict[str, dict]:
             **dict(counts[phase]),
             f"gpu_gaps_over_{GAP_US}_us": len(gaps),
             "gpu_gap_ms": sum(end - start for start, end in gaps) / 1e3,
+            "gpu_copies": dict(copies[phase]),
             "gpu_idle_us_by_host_op": dict(by_op.most_common(TOP_OPS)),
             "gpu_idle_us_by_autograd_node": dict(by_node.most_common(TOP_OPS)),
             "top_ops_self_us": dict(self_us[phase].most_common(TOP_OPS)),
@@ -255,7 +261,7 @@ def _measure(
         for phase in PHASES:
             calls = record[name]["host_calls"][phase]
             print(f"  {phase}: " + str({k: v for k, v in calls.items() if not isinstance(v, dict)}))
-            for key in ("gpu_idle_us_by_autograd_node", "gpu_idle_us_by_host_op", "top_ops_self_us"):
+            for key in ("gpu_copies", "gpu_idle_us_by_autograd_node", "gpu_idle_us_by_host_op", "top_ops_self_us"):
                 print(f"    {key}: " + "; ".join(f"{op} {us:.0f}" for op, us in calls[key].items()))
     return record
 
