@@ -107,9 +107,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _host_calls_by_phase(prof, forward_end_us: float) -> dict[str, dict]:
-    """Per phase: launches, waits for the GPU, driver allocations, the GPU's copies by direction, the CPU ops with
-    the most self time, and the GPU's idle gaps of more than GAP_US between kernels.
+def host_calls_by_phase(events, forward_end_us: float) -> dict[str, dict]:
+    """The profiler's ``events`` (``prof.events()``), per phase: launches, waits for the GPU, driver allocations,
+    the GPU's copies by direction, the CPU ops with the most self time, and the GPU's idle gaps of more than
+    GAP_US between kernels.
 
     An event belongs to the forward if it starts before the forward's end,
     else to the backward (whose ops run on autograd's worker thread).
@@ -121,7 +122,7 @@ def _host_calls_by_phase(prof, forward_end_us: float) -> dict[str, dict]:
     self_us = {phase: Counter() for phase in PHASES}
     kernels: dict[str, list] = {phase: [] for phase in PHASES}
     host_ops: dict[str, list] = {phase: [] for phase in PHASES}
-    for event in prof.events():
+    for event in events:
         if event.name in PHASES:
             continue
         phase = PHASES[0] if event.time_range.start < forward_end_us else PHASES[1]
@@ -251,7 +252,7 @@ def _measure(
         record[name] = {
             **medians,
             "host_paced_ms": {p: medians[f"{p}_wall_ms"] - medians[f"{p}_gpu_ms"] for p in PHASES},
-            "host_calls": _host_calls_by_phase(prof, forward_end_us),
+            "host_calls": host_calls_by_phase(prof.events(), forward_end_us),
         }
         print(
             f"{name}: " + ", ".join(

@@ -232,6 +232,46 @@ def test_training_probe_charges_gpu_idle_time_to_the_host_op_running_then():
     assert by_node == {"GeGLUMLPFunctionBackward": 90, "(no autograd node)": 180}
 
 
+def test_training_probe_counts_each_phase_s_calls_and_the_gpu_s_copies():
+    """host_calls_by_phase on a synthetic trace: launches, waits and copies land in the phase they start in."""
+    import runpy
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    script = runpy.run_path(str(REPO_ROOT / "benchmarks" / "training_probe.py"))
+
+    def event(name, start, end, device=DeviceType.CPU):
+        return SimpleNamespace(name=name, device_type=device, time_range=SimpleNamespace(start=start, end=end),
+                               self_cpu_time_total=end - start)
+
+    forward_end_us = 1000
+    events = [
+        event("forward", 0, forward_end_us),  # the phases' own ranges are not counted
+        event("cudaLaunchKernel", 10, 12),
+        event("gemm", 20, 30, DeviceType.CUDA),
+        event("cudaMemcpyAsync", 40, 45),
+        event("Memcpy DtoH (Device -> Pinned)", 50, 52, DeviceType.CUDA),
+        event("cudaStreamSynchronize", 60, 200),
+        event("backward", 1000, 2000),
+        event("cudaLaunchKernel", 1010, 1012),
+        event("cudaLaunchKernel", 1300, 1302),
+        event("Memcpy DtoD (Device -> Device)", 1020, 1030, DeviceType.CUDA),
+        event("Memcpy DtoD (Device -> Device)", 1040, 1045, DeviceType.CUDA),
+        event("gemm", 1310, 1320, DeviceType.CUDA),  # after 265 us of idle GPU
+        event("cudaMalloc", 1400, 1410),
+    ]
+    calls = script["host_calls_by_phase"](events, forward_end_us)
+    forward, backward = calls["forward"], calls["backward"]
+    assert (forward["launches"], forward["waits"], forward["cudaStreamSynchronize"]) == (1, 1, 1)
+    assert "driver allocations" not in forward  # cudaMemcpyAsync is neither a wait nor an allocation
+    assert forward["gpu_copies"] == {"Memcpy DtoH (Device -> Pinned)": 1}
+    assert (backward["launches"], backward["driver allocations"], backward["cudaMalloc"]) == (2, 1, 1)
+    assert backward["gpu_copies"] == {"Memcpy DtoD (Device -> Device)": 2}
+    assert backward[f"gpu_gaps_over_{script['GAP_US']}_us"] == 1 and backward["gpu_gap_ms"] == 0.265
+    assert forward["top_ops_self_us"]["cudaStreamSynchronize"] == 140
+
+
 def test_kernels_benchmark_script_runs_and_verifies(build_dir):
     """benchmarks/benchmark.py through the `kernels benchmark` runner, against our build."""
     runner = pytest.importorskip("kernels.cli.benchmark")
