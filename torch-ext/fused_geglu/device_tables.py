@@ -134,7 +134,9 @@ TINY_WEIGHT_BYTES = 16 * MiB
 
 #: Launch tables by the least shared memory per block the device must offer, largest class first.
 GEMM_TABLES: tuple[tuple[int, LaunchTable], ...] = (
-    # 227 KB (sm_90, sm_100: 232,448 B): the H200-tuned table.
+    # 227 KB (sm_90, sm_100: 232,448 B): the H200-tuned table. On an H100 (3.0 TB/s against 4.2) it took
+    # 0.71-0.98x the time of cuBLAS plus our activation in every Gemma MLP's cell at 1-256 tokens but one
+    # (Gemma2 27B at 32 tokens: 1.02x and 0.96x in two runs; benchmarks/results/2026-12-05-h100-v21/).
     (
         232_448,
         (
