@@ -17,7 +17,10 @@ For each: the GPU kernels launched (name, count and time per forward), the
 CPU-side ops (``aten::t``, ``aten::addmm``, ``aten::mm``, ``aten::gelu``,
 ``aten::mul``, ...) and, where there is a bias, whether it was folded into
 the GEMM (``addmm``) or added by a kernel of its own. A closing table has one
-row per stage, with what changed from the stage before. Written as
+row per stage, with what changed from the stage before. The stages run in
+two passes, in the order above and then in reverse, and each figure is the
+mean over both: no stage gains from running before the GPU has warmed.
+Written as
 ``profile.md`` and ``profile.json``. Without a GPU it reports the CPU side only
 (and says so); compiled stages then use the ``aot_eager`` backend.
 """
@@ -28,7 +31,7 @@ import argparse
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -40,7 +43,8 @@ from .benchmarking.report import md_cell
 from .benchmarking.timing import synchronize
 from .benchmarking.workloads import failure_text
 
-#: Forward passes profiled per stage (figures are per forward), after WARMUP_CALLS unprofiled ones.
+#: Forward passes (training steps) profiled per stage in each of the two passes (figures are per forward
+#: or step, over both passes), after WARMUP_CALLS unprofiled ones.
 PROFILED_CALLS = 5
 WARMUP_CALLS = 3
 SIZES = {"cuda": (GEMMA_2B, 1024), "cpu": (TINY_MLP, 5)}
@@ -125,7 +129,22 @@ def _bias_verdict(stage: Stage, cpu_ops: Counter, addmm_copies: int, kernels: di
     return "not determined from the trace"
 
 
-def _profile_stage(stage: Stage, model: MLPModel, tokens: int, kernel, device: torch.device, training: bool) -> dict:
+@dataclass
+class _Trace:
+    """What the profiler saw over some profiled steps of one stage: totals, not yet per step."""
+
+    steps: int = 0
+    kernels: dict[str, dict] = field(default_factory=dict)  # name -> category, calls, us
+    cpu_ops: Counter = field(default_factory=Counter)
+    launch_calls: int = 0
+    addmm_copies: int = 0
+    gpu_us_by_pass: list[float] = field(default_factory=list)  # per step, one entry per pass
+
+
+def _profile_pass(
+    stage: Stage, model: MLPModel, tokens: int, kernel, device: torch.device, training: bool, trace: _Trace
+) -> None:
+    """One pass over a stage: WARMUP_CALLS steps, then PROFILED_CALLS under torch.profiler, added to ``trace``."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -154,23 +173,29 @@ def _profile_stage(stage: Stage, model: MLPModel, tokens: int, kernel, device: t
                 step()
             synchronize(device)
 
-    kernels: dict[str, dict] = {}
-    cpu_ops: Counter = Counter()
-    launch_calls = 0
-    addmm_copies = 0
+    pass_us = 0.0
     for event in prof.events():
         if event.device_type == DeviceType.CUDA:
-            info = kernels.setdefault(event.name, {"category": kernel_category(event.name), "calls": 0, "us": 0.0})
+            us = float(event.time_range.elapsed_us())
+            new = {"category": kernel_category(event.name), "calls": 0, "us": 0.0}
+            info = trace.kernels.setdefault(event.name, new)
             info["calls"] += 1
-            info["us"] += float(event.time_range.elapsed_us())
+            info["us"] += us
+            pass_us += us
         elif RUNTIME_LAUNCH.match(event.name):
-            launch_calls += 1
+            trace.launch_calls += 1
         elif "::" in event.name:  # aten ops and custom ops (ours: <namespace>::geglu)
-            cpu_ops[event.name] += 1
+            trace.cpu_ops[event.name] += 1
             parent = getattr(event, "cpu_parent", None)
             if event.name == "aten::copy_" and parent is not None and parent.name == "aten::addmm":
-                addmm_copies += 1
-    per_call = lambda value: value / PROFILED_CALLS  # noqa: E731
+                trace.addmm_copies += 1
+    trace.steps += PROFILED_CALLS
+    trace.gpu_us_by_pass.append(pass_us / PROFILED_CALLS)
+
+
+def _stage_record(stage: Stage, trace: _Trace, device: torch.device) -> dict:
+    """A stage's figures per step (forward or training step), averaged over every pass."""
+    per_step = lambda value: value / trace.steps  # noqa: E731
     gpu = None
     if device.type == "cuda":
         gpu = {
@@ -178,35 +203,55 @@ def _profile_stage(stage: Stage, model: MLPModel, tokens: int, kernel, device: t
                 {
                     "name": name,
                     "category": info["category"],
-                    "calls": per_call(info["calls"]),
-                    "us": per_call(info["us"]),
+                    "calls": per_step(info["calls"]),
+                    "us": per_step(info["us"]),
                 }
-                for name, info in sorted(kernels.items(), key=lambda kv: -kv[1]["us"])
+                for name, info in sorted(trace.kernels.items(), key=lambda kv: -kv[1]["us"])
             ],
-            "launches": per_call(sum(info["calls"] for info in kernels.values())),
-            "us": per_call(sum(info["us"] for info in kernels.values())),
+            "launches": per_step(sum(info["calls"] for info in trace.kernels.values())),
+            "us": per_step(sum(info["us"] for info in trace.kernels.values())),
+            "us_by_pass": trace.gpu_us_by_pass,
             "by_category": {},
         }
-        for info in kernels.values():
-            gpu["by_category"][info["category"]] = gpu["by_category"].get(info["category"], 0) + per_call(info["calls"])
+        for info in trace.kernels.values():
+            gpu["by_category"][info["category"]] = gpu["by_category"].get(info["category"], 0) + per_step(info["calls"])
     return {
         "stage": stage.name,
         "description": stage.description,
         "status": "ok",
         "gpu": gpu,
-        "cpu_ops": {name: per_call(count) for name, count in sorted(cpu_ops.items())},
-        "cpu_launch_calls": per_call(launch_calls) if device.type == "cuda" else None,
-        "bias": _bias_verdict(stage, cpu_ops, addmm_copies, kernels),
+        "cpu_ops": {name: per_step(count) for name, count in sorted(trace.cpu_ops.items())},
+        "cpu_launch_calls": per_step(trace.launch_calls) if device.type == "cuda" else None,
+        "bias": _bias_verdict(stage, trace.cpu_ops, trace.addmm_copies, trace.kernels),
     }
 
 
-def _stage_record(stage: Stage, model: MLPModel, tokens: int, kernel, device: torch.device, training: bool) -> dict:
-    try:
-        return _profile_stage(stage, model, tokens, kernel, device, training)
-    except ImportError as err:
-        return {"stage": stage.name, "description": stage.description, "status": "skipped", "reason": str(err)}
-    except Exception as err:
-        return {"stage": stage.name, "description": stage.description, "status": "failed", "reason": failure_text(err)}
+def _not_run(stage: Stage, status: str, reason: str) -> dict:
+    return {"stage": stage.name, "description": stage.description, "status": status, "reason": reason}
+
+
+def profile_stages(
+    stages: tuple[Stage, ...], model: MLPModel, tokens: int, kernel, device: torch.device, training: bool
+) -> list[dict]:
+    """Each stage's record, in ``stages``' order, from two passes: the stages in that order, then in reverse.
+
+    Each stage runs first in one pass and last in the other (or in the middle in both), so the GPU's
+    drift over the run (its clocks, its temperature) does not favour the stages listed first. A stage
+    that cannot run in the first pass (skipped: Liger not installed; or failed) is not run again.
+    """
+    traces = {stage.name: _Trace() for stage in stages}
+    outcomes: dict[str, dict] = {}
+    for stage in (*stages, *reversed(stages)):
+        if stage.name in outcomes:
+            continue
+        print(f"profile: {stage.name} ...", flush=True)
+        try:
+            _profile_pass(stage, model, tokens, kernel, device, training, traces[stage.name])
+        except ImportError as err:
+            outcomes[stage.name] = _not_run(stage, "skipped", str(err))
+        except Exception as err:
+            outcomes[stage.name] = _not_run(stage, "failed", failure_text(err))
+    return [outcomes.get(stage.name) or _stage_record(stage, traces[stage.name], device) for stage in stages]
 
 
 def _ops_change(previous: dict | None, current: dict) -> str:
@@ -228,7 +273,8 @@ def summary_markdown(report: dict) -> str:
         "",
         f"{report['model']} MLP (hidden {report['hidden']}, intermediate {report['intermediate']}), "
         f"{report['tokens']} tokens, {report['dtype']}, {report['pass']}, figures per {report['unit']} "
-        f"(mean of {PROFILED_CALLS}). {report['date_utc']}.",
+        f"(mean of {PROFILED_CALLS} in each of two passes: the stages in the order listed, then in reverse; GPU µs "
+        f"as the mean, then each pass's). {report['date_utc']}.",
         "",
     ]
     if report["note"]:
@@ -246,7 +292,8 @@ def summary_markdown(report: dict) -> str:
         if gpu:
             launches = record["gpu"]["launches"]
             delta = f"{launches - previous['gpu']['launches']:+g}" if previous else "–"
-            figures = f"{launches:g} | {delta} | {record['gpu']['us']:.1f} | " + ", ".join(
+            by_pass = " / ".join(f"{us:.1f}" for us in record["gpu"]["us_by_pass"])
+            figures = f"{launches:g} | {delta} | {record['gpu']['us']:.1f} ({by_pass}) | " + ", ".join(
                 f"{c} {n:g}" for c, n in record["gpu"]["by_category"].items()
             )
         else:
@@ -302,10 +349,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = environment.load_kernel(args.kernel_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        stages = []
-        for stage in TRAINING_STAGES if training else STAGES:
-            print(f"profile: {stage.name} ...", flush=True)
-            stages.append(_stage_record(stage, model, tokens, loaded.module, device, training))
+        stages = profile_stages(TRAINING_STAGES if training else STAGES, model, tokens, loaded.module, device, training)
     finally:
         loaded.close()
     report = {

@@ -174,6 +174,44 @@ def test_profile_training_runs_forward_and_backward(build_dir, tmp_path):
     assert "per step" in (tmp_path / "profile.md").read_text()
 
 
+def test_profile_runs_the_stages_in_order_then_in_reverse(monkeypatch):
+    """Each stage is profiled once in each pass and averaged over both; one that fails is not run again."""
+    ran = []
+
+    def fake_pass(stage, model, tokens, kernel, device, training, trace):
+        ran.append(stage.name)
+        if stage.name == "mlp-liger":
+            raise ImportError("liger_kernel is not installed")
+        if stage.name == "mlp-compiled" and len(ran) > 2:
+            raise RuntimeError("compile broke in the second pass")
+        trace.cpu_ops["aten::mm"] += 3 * profile.PROFILED_CALLS
+        trace.steps += profile.PROFILED_CALLS
+        trace.gpu_us_by_pass.append(float(len(ran)))
+
+    monkeypatch.setattr(profile, "_profile_pass", fake_pass)
+    stages = profile.TRAINING_STAGES
+    records = profile.profile_stages(stages, grid.TINY_MLP, 5, None, torch.device("cpu"), True)
+    names = [stage.name for stage in stages]
+    assert ran == names + [name for name in reversed(names) if name != "mlp-liger"]
+    assert [record["stage"] for record in records] == names
+    by_name = {record["stage"]: record for record in records}
+    assert by_name["mlp-liger"]["status"] == "skipped"
+    assert by_name["mlp-compiled"]["status"] == "failed" and "second pass" in by_name["mlp-compiled"]["reason"]
+    assert by_name["mlp-ours"]["status"] == "ok" and by_name["mlp-ours"]["cpu_ops"] == {"aten::mm": 3}
+
+
+def test_profile_gpu_figures_are_means_over_both_passes_with_each_pass_kept():
+    steps = profile.PROFILED_CALLS
+    trace = profile._Trace(
+        steps=2 * steps,
+        kernels={"geglu_forward_kernel": {"category": "ours", "calls": 2 * steps, "us": (100.0 + 110.0) * steps}},
+        gpu_us_by_pass=[100.0, 110.0],
+    )
+    record = profile._stage_record(profile.TRAINING_STAGES[-1], trace, torch.device("cuda"))
+    assert record["gpu"]["us"] == pytest.approx(105.0) and record["gpu"]["us_by_pass"] == [100.0, 110.0]
+    assert record["gpu"]["kernels"][0]["calls"] == 1 and record["gpu"]["launches"] == 1
+
+
 def test_saved_activations_counts_each_mlp_tensor_once(build_dir, tmp_path):
     """benchmarks/saved_activations.py on the tiny Gemma3: the MLP part is exactly what each implementation keeps."""
     import runpy
