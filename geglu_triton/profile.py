@@ -19,7 +19,7 @@ CPU-side ops (``aten::t``, ``aten::addmm``, ``aten::mm``, ``aten::gelu``,
 the GEMM (``addmm``) or added by a kernel of its own. A closing table has one
 row per stage, with what changed from the stage before. The stages run in
 two passes, in the order above and then in reverse, and each figure is the
-mean over both: no stage gains from running before the GPU has warmed.
+mean over both: no stage gains or loses from its place in the order.
 Written as
 ``profile.md`` and ``profile.json``. Without a GPU it reports the CPU side only
 (and says so); compiled stages then use the ``aot_eager`` backend.
@@ -133,12 +133,16 @@ def _bias_verdict(stage: Stage, cpu_ops: Counter, addmm_copies: int, kernels: di
 class _Trace:
     """What the profiler saw over some profiled steps of one stage: totals, not yet per step."""
 
-    steps: int = 0
     kernels: dict[str, dict] = field(default_factory=dict)  # name -> category, calls, us
     cpu_ops: Counter = field(default_factory=Counter)
     launch_calls: int = 0
     addmm_copies: int = 0
     gpu_us_by_pass: list[float] = field(default_factory=list)  # per step, one entry per pass
+
+    @property
+    def steps(self) -> int:
+        """Steps profiled so far: PROFILED_CALLS in each pass."""
+        return PROFILED_CALLS * len(self.gpu_us_by_pass)
 
 
 def _profile_pass(
@@ -189,7 +193,6 @@ def _profile_pass(
             parent = getattr(event, "cpu_parent", None)
             if event.name == "aten::copy_" and parent is not None and parent.name == "aten::addmm":
                 trace.addmm_copies += 1
-    trace.steps += PROFILED_CALLS
     trace.gpu_us_by_pass.append(pass_us / PROFILED_CALLS)
 
 

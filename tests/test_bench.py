@@ -185,7 +185,6 @@ def test_profile_runs_the_stages_in_order_then_in_reverse(monkeypatch):
         if stage.name == "mlp-compiled" and len(ran) > 2:
             raise RuntimeError("compile broke in the second pass")
         trace.cpu_ops["aten::mm"] += 3 * profile.PROFILED_CALLS
-        trace.steps += profile.PROFILED_CALLS
         trace.gpu_us_by_pass.append(float(len(ran)))
 
     monkeypatch.setattr(profile, "_profile_pass", fake_pass)
@@ -203,7 +202,6 @@ def test_profile_runs_the_stages_in_order_then_in_reverse(monkeypatch):
 def test_profile_gpu_figures_are_means_over_both_passes_with_each_pass_kept():
     steps = profile.PROFILED_CALLS
     trace = profile._Trace(
-        steps=2 * steps,
         kernels={"geglu_forward_kernel": {"category": "ours", "calls": 2 * steps, "us": (100.0 + 110.0) * steps}},
         gpu_us_by_pass=[100.0, 110.0],
     )
