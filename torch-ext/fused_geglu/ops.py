@@ -583,19 +583,15 @@ class GeGLUMLPFunction(torch.autograd.Function):
             geglu_backward_with_output_impl,
         )
         grad_x = grad_gate_weight = grad_up_weight = grad_gate_bias = grad_up_bias = None
-        # grad_gate's products, then grad_up's: each tensor is read by its GEMMs back to back, as autograd
-        # orders one projection's backward, so the second GEMM finds the end of it still in L2.
         if needs_x:
             grad_x = grad_gate.matmul(gate_weight)
+            _rows(grad_x).addmm_(_rows(grad_up), up_weight)  # grad_x is contiguous: its rows are a view
         if needs_gate_weight:
             grad_gate_weight = _rows(grad_gate).t().matmul(_rows(x))
-        if needs_gate_bias:
-            grad_gate_bias = _rows(grad_gate).sum(0)
-        del grad_gate  # one [tokens, intermediate] tensor less while grad_up's products run
-        if needs_x:
-            _rows(grad_x).addmm_(_rows(grad_up), up_weight)  # grad_x is contiguous: its rows are a view
         if needs_up_weight:
             grad_up_weight = _rows(grad_up).t().matmul(_rows(x))
+        if needs_gate_bias:
+            grad_gate_bias = _rows(grad_gate).sum(0)
         if needs_up_bias:
             grad_up_bias = _rows(grad_up).sum(0)
         return (
