@@ -1,9 +1,9 @@
 """Sweep the fused GeGLU GEMM's launch table on a GPU, against the paths it replaces.
 
 Evidence for ``device_tables.GEMM_TABLES``: its configurations, and its classes' token and weight limits.
-For each model size and token count it times, side by side on the same
-random inputs (medians of ``triton.testing.do_bench``, which clears the L2
-before every repetition; every weight matrix here is larger than the L2):
+For each model size and token count it times, on the same random inputs
+(medians of the bench's ``Timer``, which flushes the L2 before every
+repetition):
 
 - ``cublas+ours``: ``x @ W_gate^T`` and ``x @ W_up^T`` through cuBLAS, then our activation kernel;
 - ``eager``: the same GEMMs, then ``F.gelu(g) * u``;
@@ -11,8 +11,10 @@ before every repetition; every weight matrix here is larger than the L2):
   token count's class (each checked against eager's output first), timed
   one after another to pick the best;
 - then eager, cublas+ours, the best configuration, the launch table's own
-  (``table``) and ``read-once`` (one kernel that only reads the weights' bytes:
-  a sum over both, stacked) once more, in alternating rounds (``Timer.timings_interleaved``)
+  (``table``), with ``--baseline-kernel-dir`` another build's table
+  (``baseline table``), and ``read-once`` (one kernel that only reads the
+  weights' bytes: ``stream_read_kernel`` over both, stacked, in the fastest
+  of ``READ_CONFIGS``) once more, in alternating rounds (``Timer.timings_interleaved``)
   so that their ratios do not inherit drift between them. Those are the
   figures printed.
 
@@ -42,20 +44,70 @@ import argparse
 import itertools
 import json
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 import triton
+import triton.language as tl
 from triton.testing import do_bench
 
 from geglu_triton.benchmarking.environment import device_properties, load_kernel, utc_now, versions
 from geglu_triton.benchmarking.grid import GEMMA_MLPS
 from geglu_triton.benchmarking.timing import Timer
+from l2_flush_probe import ReadFlushTimer
 
 TOKENS = (1, 8, 16, 32, 64, 128, 256)
 #: Rounds of the side-by-side comparison, and the fused output's largest relative error to eager's.
 ROUNDS = 3
 MAX_REL_ERROR = 2e-2
+
+
+@triton.jit
+def stream_read_kernel(src_ptr, partial_sums_ptr, n_elements, BLOCK: tl.constexpr):
+    """Read ``src`` once and write one fp32 partial sum per program: a kernel that only streams bytes.
+
+    Program p reads blocks p, p + P, p + 2P, ... (P programs in the grid): with P a multiple of the
+    SM count every SM streams its share to the end, and each thread keeps one 16-byte vector (or a
+    few) in flight per block. The sum keeps the loads from being dropped; it writes P floats.
+    """
+    pid = tl.program_id(0)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(pid * BLOCK, n_elements, tl.num_programs(0) * BLOCK):
+        offsets = start + tl.arange(0, BLOCK)
+        acc += tl.load(src_ptr + offsets, mask=offsets < n_elements, other=0.0).to(tl.float32)
+    tl.store(partial_sums_ptr + pid, tl.sum(acc))
+
+
+#: ``stream_read_kernel``'s launches tried per buffer: programs per SM (None: one program per block),
+#: elements per block, warps.
+READ_CONFIGS = tuple(itertools.product((1, 2, 4, 8, None), (4096, 8192, 16384), (4, 8)))
+
+
+def fastest_stream_read(src: torch.Tensor, timer: Timer) -> tuple[dict, Callable[[], None]]:
+    """The fastest of ``READ_CONFIGS`` reading ``src`` (contiguous): its launch, and a call that runs it.
+
+    What one kernel that only reads these bytes takes on this device: the floor a single launch
+    can reach (PERFORMANCE v12-v13 used PyTorch's sum, a general reduction, in its place). The
+    fastest launch's partial sums are checked against PyTorch's sum of the same bytes.
+    """
+    sms = torch.cuda.get_device_properties(src.device).multi_processor_count
+    timed = []
+    for programs_per_sm, block, warps in READ_CONFIGS:
+        programs = triton.cdiv(src.numel(), block) if programs_per_sm is None else programs_per_sm * sms
+        partial_sums = torch.empty(programs, device=src.device, dtype=torch.float32)
+
+        def read(programs=programs, block=block, warps=warps, partial_sums=partial_sums):
+            stream_read_kernel[(programs,)](src, partial_sums, src.numel(), BLOCK=block, num_warps=warps)
+
+        launch = {"programs_per_sm": programs_per_sm, "programs": programs, "block": block, "num_warps": warps}
+        timed.append((timer.median_s(read), launch, read, partial_sums))
+    _, launch, read, partial_sums = min(timed, key=lambda entry: entry[0])
+    read()
+    got, expected = partial_sums.sum().item(), src.sum(dtype=torch.float32).item()
+    if abs(got - expected) > 1e-3 * (abs(expected) + src.numel() ** 0.5):
+        raise AssertionError(f"stream_read_kernel {launch} summed {got}, PyTorch {expected}")
+    return launch, read
 
 
 def candidates(gemm, tokens: int, down_proj: bool, gemv: bool) -> list:
@@ -118,9 +170,20 @@ def main() -> None:
     parser.add_argument(
         "--gemv", action="store_true", help="sweep one-token tiles only (BLOCK_M 1, the GEMV form); with --tokens 1"
     )
+    parser.add_argument(
+        "--baseline-kernel-dir",
+        type=Path,
+        default=None,
+        help="another build, whose launch table's choice is timed beside this one's (before/after a table change; "
+        "not with --down-proj)",
+    )
+    parser.add_argument(
+        "--read-flush", action="store_true", help="flush the L2 by reading a buffer, not writing it, in the side-by-side rounds"
+    )
     args = parser.parse_args()
 
     kernel = load_kernel(args.kernel_dir).module
+    baseline = load_kernel(args.baseline_kernel_dir).module if args.baseline_kernel_dir else None
     gemm = kernel.triton_gemm_kernels
     dtype, approximate = torch.bfloat16, args.approximate
 
@@ -132,7 +195,7 @@ def main() -> None:
     del src, dst, a, b
     print(f"copy {copy_bytes_per_s / 1e12:.2f} TB/s, matmul {matmul_flop_per_s / 1e12:.0f} TFLOP/s", flush=True)
 
-    timer = Timer(torch.device("cuda"), warmup_ms=10, rep_ms=60)
+    timer = (ReadFlushTimer if args.read_flush else Timer)(torch.device("cuda"), warmup_ms=10, rep_ms=60)
     # What this timer gives a kernel that moves next to nothing (our activation on 16 elements): the
     # launch latency, ramp and drain that any one kernel pays on top of its memory traffic.
     tiny = torch.zeros(16, device="cuda", dtype=dtype)
@@ -153,7 +216,8 @@ def main() -> None:
         "floor": "max(read the weights once at the copy bandwidth, 2*T*K*N FLOPs per weight at the matmul rate)",
         "fixed_cost_us": fixed_s * 1e6,
         "fixed_cost": "the timer's median for the activation kernel on 16 elements (any one kernel's launch, ramp, drain)",
-        "side_by_side": f"Timer.timings_interleaved, {ROUNDS} rounds, L2 flushed before each repetition",
+        "side_by_side": f"Timer.timings_interleaved, {ROUNDS} rounds, L2 flushed before each repetition "
+        + ("by reading a buffer (clean lines)" if args.read_flush else "by writing a buffer (dirty lines)"),
         "cells": cells,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -202,7 +266,7 @@ def main() -> None:
                 ours_with(config)()
                 torch.cuda.synchronize()
                 entry["rel_error_vs_eager"] = ((out.float() - reference).norm() / reference.norm()).item()
-                entry["us"] = median_ms(ours_with(config)) * 1e3
+                entry["us"] = timer.median_s(ours_with(config)) * 1e6
                 entry.update(compiled_resources(gemm, config))
             except Exception as err:  # out of shared memory or registers: record and go on
                 entry["error"] = f"{type(err).__name__}: {str(err)[:200]}"
@@ -210,19 +274,33 @@ def main() -> None:
         timed = [c for c in cell["configs"] if "us" in c and c["rel_error_vs_eager"] < MAX_REL_ERROR]
         best = min(timed, key=lambda c: c["us"]) if timed else None
         cell["best"] = best
-        # What one kernel that only reads the same bytes takes (a sum over the weights, stacked):
-        # the floor a single launch can reach, against the copy-rate floor above (PERFORMANCE v12).
-        stacked_weights = torch.cat(weights)
+        # What one kernel that only reads the same bytes takes (the weights, stacked): the floor a
+        # single launch can reach, against the copy-rate floor above.
+        stacked_weights = torch.cat(weights).view(-1)
+        cell["read_once_launch"], read_once = fastest_stream_read(stacked_weights, timer)
         side_by_side = {name: (fn, None) for name, fn in references.items()}
-        side_by_side["read-once"] = (lambda: stacked_weights.sum(dtype=torch.float32), None)
+        side_by_side["read-once"] = (read_once, None)
         if table:
             side_by_side["table"] = (ours_with(table), None)
+        if baseline is not None and not args.down_proj:
+            baseline_tables = baseline.device_tables
+            baseline_config = baseline_tables.gemm_config(
+                tokens, w_gate.nbytes, baseline_tables.describe_device(torch.cuda.current_device())
+            )
+            cell["baseline_table_config"] = baseline_config.__dict__ if baseline_config else None
+            if baseline_config:
+                side_by_side["baseline table"] = (
+                    lambda: baseline.triton_gemm_kernels.launch_geglu_linear(
+                        x, w_gate, w_up, None, None, out, approximate, baseline_config
+                    ),
+                    None,
+                )
         if best:
             side_by_side["best"] = (ours_with(gemm.GemmConfig(**best["config"])), None)
         timings = timer.timings_interleaved(side_by_side, rounds=ROUNDS)
         cell["side_by_side_us"] = {name: timing.median_s * 1e6 for name, timing in timings.items()}
         us = cell["side_by_side_us"]
-        baseline = next(iter(references))
+        reference_name = next(iter(references))
         ours = us.get("table", us.get("best", float("nan")))
         print(
             f"{model.name:10} T={tokens:5} floor {cell['floor_us']:8.1f} us | "
@@ -230,13 +308,14 @@ def main() -> None:
             + f" table {us.get('table', float('nan')):8.1f} ({100 * cell['floor_us'] / ours:4.0f}% of floor, "
             f"{100 * (cell['floor_us'] + fixed_s * 1e6) / ours:4.0f}% of floor + fixed cost, "
             f"{100 * us['read-once'] / ours:4.0f}% of one read-only kernel's {us['read-once']:.1f} us, "
-            f"{us[baseline] / ours:.2f}x {baseline}) best {us.get('best', float('nan')):8.1f} "
-            f"{best['config'] if best else None}",
+            f"{us[reference_name] / ours:.2f}x {reference_name}) best {us.get('best', float('nan')):8.1f} "
+            f"{best['config'] if best else None}"
+            + (f" baseline table {us['baseline table']:8.1f}" if "baseline table" in us else ""),
             flush=True,
         )
         cells.append(cell)
         args.out.write_text(json.dumps(result, indent=1))  # after every cell: a run cut short keeps what it measured
-        del x, weights, out, reference, stacked_weights, references
+        del x, weights, out, reference, stacked_weights, references, read_once
         torch.cuda.empty_cache()
 
 
