@@ -56,20 +56,33 @@ def test_the_down_projection_table_has_a_decode_class_only(kernel):
         assert tables.down_proj_gemm_config(decode.most_tokens + 1, 0, device) is None
 
 
+#: Each Gemma MLP's projection weight, in bytes (bf16 [intermediate, hidden]; the down projection's is its transpose).
+GEMMA_WEIGHT_BYTES = {mlp.name: mlp.intermediate * mlp.hidden * 2 for mlp in GEMMA_MLPS}
+#: The Gemma MLPs with at most device_tables.SMALL_WEIGHT_BYTES per weight: those the measurements behind the
+#: small-weight classes were taken on (device_tables' comments).
+SMALL_GEMMA_MLPS = {"Gemma3 1B", "Gemma2 2B", "Gemma3 4B"}
+
+
 def test_the_h200_keeps_its_tuned_table_and_smaller_devices_get_smaller_stages(kernel):
     tables = kernel.device_tables
     h200 = _traits(tables, "cuda", *DEVICES["H200 (sm_90)"])
     a10g = _traits(tables, "cuda", *DEVICES["A10G (sm_86)"])
     mi300 = _traits(tables, "hip", *DEVICES["MI300X (gfx942)"])
-    assert tables.gemm_config(1, 0, h200) == tables.GemmConfig(16, 64, 128, 1, 4, 5)
+    assert tables.gemm_config(1, GEMMA_WEIGHT_BYTES["Gemma 7B"], h200) == tables.GemmConfig(16, 64, 128, 1, 4, 5)
     assert tables.gemm_config(1, 0, a10g).num_stages < 5
     assert tables.gemm_config(1, 0, mi300).block_n < 64
 
 
-#: Each Gemma MLP's projection weight, in bytes (bf16 [intermediate, hidden]; the down projection's is its transpose).
-GEMMA_WEIGHT_BYTES = {mlp.name: mlp.intermediate * mlp.hidden * 2 for mlp in GEMMA_MLPS}
-#: The Gemma MLPs whose weights the H200 measured our GEMMs ahead of cuBLAS on (device_tables' comments).
-SMALL_GEMMA_MLPS = {"Gemma3 1B", "Gemma2 2B", "Gemma3 4B"}
+def test_small_weights_decode_with_the_whole_grid_resident(kernel):
+    """At 1-16 tokens the small Gemma MLPs take 3 stages (three programs per SM, a grid of N / 64 programs
+    resident at once), the larger ones the deeper 5-stage pipeline, one program per SM (device_tables' comments)."""
+    tables = kernel.device_tables
+    h200 = _traits(tables, "cuda", *DEVICES["H200 (sm_90)"])
+    stages = {
+        name: {tables.gemm_config(tokens, nbytes, h200).num_stages for tokens in (1, 8, 16)}
+        for name, nbytes in GEMMA_WEIGHT_BYTES.items()
+    }
+    assert stages == {name: {3} if name in SMALL_GEMMA_MLPS else {5} for name in GEMMA_WEIGHT_BYTES}
 
 
 def test_the_crossover_to_cublas_follows_the_h200_measurements(kernel):

@@ -117,6 +117,14 @@ MiB = 2**20
 #: (72 KB) give 1.028x, but at one token, batch-1 decode, 5 stages are 3-10% faster on the 7B,
 #: 9B, 12B and 27B MLPs.
 DECODE_5_STAGES = GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=5)
+#: 72 KB: three programs fit an SM where DECODE_5_STAGES fits one. On weights up to
+#: SMALL_WEIGHT_BYTES (below) a grid of N / 64 programs is 1-1.3 times the SM count (Gemma3 4B:
+#: 160 on 132 SMs), so with one program per SM the last few run as a second wave on an otherwise
+#: idle GPU; with three per SM the whole grid is resident at once. 1-16 tokens, time against
+#: DECODE_5_STAGES on Gemma3 1B, Gemma2 2B and Gemma3 4B: H200 0.87-1.03x (geometric mean 0.94x;
+#: the sweep above, L2 flushed by writing), H100 0.91-0.99x (0.95x; benchmarks/results/
+#: 2026-12-05-h100-v24/decode_sweep_read_flush.json, flushed by reading, as decode leaves it).
+DECODE_3_STAGES = GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=3)
 #: 48-72 KB, 79.9 us at 17-64 tokens: the best there, and it fits every class.
 MID = GemmConfig(64, 64, 64, group_m=8, num_warps=4, num_stages=3)
 
@@ -140,6 +148,7 @@ GEMM_TABLES: tuple[tuple[int, LaunchTable], ...] = (
     (
         232_448,
         (
+            TokenClass(16, DECODE_3_STAGES, max_weight_bytes=SMALL_WEIGHT_BYTES),
             TokenClass(16, DECODE_5_STAGES),
             TokenClass(64, MID),
             TokenClass(128, MID, max_weight_bytes=SMALL_WEIGHT_BYTES),
@@ -149,7 +158,7 @@ GEMM_TABLES: tuple[tuple[int, LaunchTable], ...] = (
     # 163 KB (sm_80: 166,912 B): the H200's decode and mid classes.
     (166_912, (TokenClass(16, DECODE_5_STAGES), TokenClass(64, MID))),
     # 99 KB (sm_86, sm_89, sm_120 101,376 B; Intel Max 128 KB SLM). Decode: 72 KB, 77.4 us (best 77.3).
-    (101_376, (TokenClass(16, GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=3)), TokenClass(64, MID))),
+    (101_376, (TokenClass(16, DECODE_3_STAGES), TokenClass(64, MID))),
     # 64 KB (AMD CDNA LDS, gfx90a/gfx942 65,536 B; sm_75). Decode: 40 KB, 82.5 us (best 77.3).
     (65_536, (TokenClass(16, GemmConfig(16, 32, 128, group_m=1, num_warps=4, num_stages=3)), TokenClass(64, MID))),
 )
