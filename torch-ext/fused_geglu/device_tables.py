@@ -118,12 +118,15 @@ MiB = 2**20
 #: 9B, 12B and 27B MLPs.
 DECODE_5_STAGES = GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=5)
 #: 72 KB: three programs fit an SM where DECODE_5_STAGES fits one. On weights up to
-#: SMALL_WEIGHT_BYTES (below) a grid of N / 64 programs is 1-1.3 times the SM count (Gemma3 4B:
-#: 160 on 132 SMs), so with one program per SM the last few run as a second wave on an otherwise
-#: idle GPU; with three per SM the whole grid is resident at once. 1-16 tokens, time against
-#: DECODE_5_STAGES on Gemma3 1B, Gemma2 2B and Gemma3 4B: H200 0.87-1.03x (geometric mean 0.94x;
-#: the sweep above, L2 flushed by writing), H100 0.91-0.99x (0.95x; benchmarks/results/
-#: 2026-12-05-h100-v24/decode_sweep_read_flush.json, flushed by reading, as decode leaves it).
+#: SMALL_WEIGHT_BYTES (below) the grid of N / 64 programs is 0.8-1.2 times the SM count (Gemma3 1B,
+#: Gemma2 2B, Gemma3 4B: 108, 144 and 160 programs on 132 SMs). Past the SM count, one program per SM
+#: leaves the last 12-28 to run as a second wave on an otherwise idle GPU; three per SM hold the
+#: whole grid at once. 1-16 tokens, time against DECODE_5_STAGES on those three MLPs: in the sweeps,
+#: H200 0.87-1.03x (geometric mean 0.94x; the sweep above, L2 flushed by writing), H100 0.91-0.99x
+#: (0.95x; benchmarks/results/2026-12-05-h100-v24/decode_sweep_read_flush.json, flushed by reading,
+#: as decode leaves it); side by side with the 5-stage table on the H100 (read_floor_read_flush.json
+#: there), Gemma2 2B 0.90-0.91x, Gemma3 4B 0.95-0.96x and Gemma3 1B 0.97-1.01x, whose grid fits one
+#: wave either way.
 DECODE_3_STAGES = GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=3)
 #: 48-72 KB, 79.9 us at 17-64 tokens: the best there, and it fits every class.
 MID = GemmConfig(64, 64, 64, group_m=8, num_warps=4, num_stages=3)
