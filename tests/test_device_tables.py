@@ -73,16 +73,18 @@ def test_the_h200_keeps_its_tuned_table_and_smaller_devices_get_smaller_stages(k
     assert tables.gemm_config(1, 0, mi300).block_n < 64
 
 
-def test_small_weights_decode_with_the_whole_grid_resident(kernel):
-    """At 1-16 tokens the small Gemma MLPs take 3 stages (three programs per SM, a grid of N / 64 programs
-    resident at once), the larger ones the deeper 5-stage pipeline, one program per SM (device_tables' comments)."""
+@pytest.mark.parametrize("name", ["H200 (sm_90)", "A100 (sm_80)"])
+def test_small_weights_decode_with_the_whole_grid_resident(kernel, name):
+    """At 1-16 tokens the small Gemma MLPs take 3 stages (two or three programs per SM, a grid of N / 64
+    programs resident at once), the larger ones the deeper 5-stage pipeline, one program per SM
+    (device_tables' comments)."""
     tables = kernel.device_tables
-    h200 = _traits(tables, "cuda", *DEVICES["H200 (sm_90)"])
+    device = _traits(tables, "cuda", *DEVICES[name])
     stages = {
-        name: {tables.gemm_config(tokens, nbytes, h200).num_stages for tokens in (1, 8, 16)}
-        for name, nbytes in GEMMA_WEIGHT_BYTES.items()
+        mlp: {tables.gemm_config(tokens, nbytes, device).num_stages for tokens in (1, 8, 16)}
+        for mlp, nbytes in GEMMA_WEIGHT_BYTES.items()
     }
-    assert stages == {name: {3} if name in SMALL_GEMMA_MLPS else {5} for name in GEMMA_WEIGHT_BYTES}
+    assert stages == {mlp: {3} if mlp in SMALL_GEMMA_MLPS else {5} for mlp in GEMMA_WEIGHT_BYTES}
 
 
 def test_the_crossover_to_cublas_follows_the_h200_measurements(kernel):
