@@ -35,7 +35,12 @@ table (``table``) and ``read-once`` of that one weight: evidence for
 ``device_tables.DOWN_PROJ_TABLES``. (PERFORMANCE v13's ``--down-shapes`` run,
 the gated kernel on two weights of that shape, is at commit 1d2e3ff.)
 
+The timer flushes the L2 by writing a buffer, as ``do_bench`` does, which leaves dirty lines that the
+timed kernel's reads must write back (9-10 us a call on an H100, PERFORMANCE v24); ``--read-flush``
+flushes by reading one instead, leaving the L2 clean, as the layers before a decode MLP leave it.
+
     python benchmarks/tune_gemm_config.py --kernel-dir build --out gemm_sweep.json [--sweep 128 256] [--down-proj]
+        [--read-flush] [--baseline-kernel-dir previous-build]
 """
 
 from __future__ import annotations
