@@ -180,12 +180,16 @@ def main() -> None:
         type=Path,
         default=None,
         help="another build, whose launch table's choice is timed beside this one's (before/after a table change; "
-        "not with --down-proj)",
+        "the fused GEMM's table only, not with --down-proj)",
     )
     parser.add_argument(
-        "--read-flush", action="store_true", help="flush the L2 by reading a buffer, not writing it, in the side-by-side rounds"
+        "--read-flush",
+        action="store_true",
+        help="flush the L2 by reading a buffer, not writing it, before every timed repetition",
     )
     args = parser.parse_args()
+    if args.baseline_kernel_dir and args.down_proj:
+        parser.error("--baseline-kernel-dir times the fused GEMM's table, not the down projection's: drop one of them")
 
     kernel = load_kernel(args.kernel_dir).module
     baseline = load_kernel(args.baseline_kernel_dir).module if args.baseline_kernel_dir else None
@@ -229,6 +233,8 @@ def main() -> None:
     models = [m for m in GEMMA_MLPS if not args.models or m.name in args.models]
     tables = kernel.device_tables
     device = tables.describe_device(torch.cuda.current_device())
+    if baseline is not None:
+        baseline_device = baseline.device_tables.describe_device(torch.cuda.current_device())
     for model, tokens in itertools.product(models, args.tokens):
         # The down projection maps intermediate to hidden; the first half hidden to intermediate.
         n_in, n_out = (model.intermediate, model.hidden) if args.down_proj else (model.hidden, model.intermediate)
@@ -255,7 +261,7 @@ def main() -> None:
             }
             table = tables.gemm_config(tokens, w_gate.nbytes, device)
 
-            def ours_with(config):
+            def ours_with(config, gemm=gemm):
                 return lambda: gemm.launch_geglu_linear(x, w_gate, w_up, None, None, out, approximate, config)
 
         reference = next(iter(references.values()))().float()
@@ -287,19 +293,11 @@ def main() -> None:
         side_by_side["read-once"] = (read_once, None)
         if table:
             side_by_side["table"] = (ours_with(table), None)
-        if baseline is not None and not args.down_proj:
-            baseline_tables = baseline.device_tables
-            baseline_config = baseline_tables.gemm_config(
-                tokens, w_gate.nbytes, baseline_tables.describe_device(torch.cuda.current_device())
-            )
+        if baseline is not None:
+            baseline_config = baseline.device_tables.gemm_config(tokens, w_gate.nbytes, baseline_device)
             cell["baseline_table_config"] = baseline_config.__dict__ if baseline_config else None
             if baseline_config:
-                side_by_side["baseline table"] = (
-                    lambda: baseline.triton_gemm_kernels.launch_geglu_linear(
-                        x, w_gate, w_up, None, None, out, approximate, baseline_config
-                    ),
-                    None,
-                )
+                side_by_side["baseline table"] = (ours_with(baseline_config, baseline.triton_gemm_kernels), None)
         if best:
             side_by_side["best"] = (ours_with(gemm.GemmConfig(**best["config"])), None)
         timings = timer.timings_interleaved(side_by_side, rounds=ROUNDS)
