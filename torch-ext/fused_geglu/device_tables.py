@@ -143,6 +143,12 @@ MID = GemmConfig(64, 64, 64, group_m=8, num_warps=4, num_stages=3)
 SMALL_WEIGHT_BYTES = 50 * MiB
 TINY_WEIGHT_BYTES = 16 * MiB
 
+#: 1-16 tokens where DECODE_5_STAGES fits: small weights take DECODE_3_STAGES (its comment says why).
+DECODE_CLASSES: LaunchTable = (
+    TokenClass(16, DECODE_3_STAGES, max_weight_bytes=SMALL_WEIGHT_BYTES),
+    TokenClass(16, DECODE_5_STAGES),
+)
+
 #: Launch tables by the least shared memory per block the device must offer, largest class first.
 GEMM_TABLES: tuple[tuple[int, LaunchTable], ...] = (
     # 227 KB (sm_90, sm_100: 232,448 B): the H200-tuned table. On an H100 (3.0 TB/s against 4.2) it took
@@ -151,8 +157,7 @@ GEMM_TABLES: tuple[tuple[int, LaunchTable], ...] = (
     (
         232_448,
         (
-            TokenClass(16, DECODE_3_STAGES, max_weight_bytes=SMALL_WEIGHT_BYTES),
-            TokenClass(16, DECODE_5_STAGES),
+            *DECODE_CLASSES,
             TokenClass(64, MID),
             TokenClass(128, MID, max_weight_bytes=SMALL_WEIGHT_BYTES),
             TokenClass(256, GemmConfig(128, 128, 64, group_m=8, num_warps=8, num_stages=4), TINY_WEIGHT_BYTES),
@@ -162,14 +167,7 @@ GEMM_TABLES: tuple[tuple[int, LaunchTable], ...] = (
     # small-weight decode class's reason holds there with more room: on its 108 SMs one 5-stage program
     # per SM leaves 36 of Gemma2 2B's 144 programs and 52 of Gemma3 4B's 160 to a second wave, and two
     # 3-stage programs per SM hold either grid.
-    (
-        166_912,
-        (
-            TokenClass(16, DECODE_3_STAGES, max_weight_bytes=SMALL_WEIGHT_BYTES),
-            TokenClass(16, DECODE_5_STAGES),
-            TokenClass(64, MID),
-        ),
-    ),
+    (166_912, (*DECODE_CLASSES, TokenClass(64, MID))),
     # 99 KB (sm_86, sm_89, sm_120 101,376 B; Intel Max 128 KB SLM). Decode: 72 KB, 77.4 us (best 77.3).
     (101_376, (TokenClass(16, DECODE_3_STAGES), TokenClass(64, MID))),
     # 64 KB (AMD CDNA LDS, gfx90a/gfx942 65,536 B; sm_75). Decode: 40 KB, 82.5 us (best 77.3).
