@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One call of the device tool: host time per call (direct launch against
-# Triton's dispatch; kernelized MLP against eager at Gemma3 1B/4B dims, 1 and
-# 256 tokens; the decode path's stages). Outputs to $OUT. With a build carried
-# as .baseline-build/ (python -m geglu_triton build --out .baseline-build, from
-# the revision to compare with), its kernelized MLP is timed beside this one.
+# Triton's dispatch; kernelized MLP against eager at Gemma3 1B/4B dims, 1, 64,
+# 256 and 1024 tokens, with the kernels each call launches; the decode path's
+# stages). Outputs to $OUT. With a build carried as .baseline-build/ (python
+# -m geglu_triton build --out .baseline-build, from the revision to compare
+# with), its kernelized MLP is timed beside this one.
 source "$(dirname "$0")/setup.sh"
 baseline=()
 [ -d .baseline-build ] && baseline=(--baseline-kernel-dir .baseline-build)
