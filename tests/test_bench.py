@@ -321,6 +321,21 @@ def test_kernels_benchmark_script_runs_and_verifies(build_dir):
     assert all(t.verified for t in timings.values())
 
 
+def test_a_temporary_build_lasts_until_closed_not_until_its_loaded_kernel_is_collected():
+    """The benchmark scripts keep only ``load_kernel(None).module``; the build it reads must stay behind it."""
+    loaded = environment.load_kernel(None)
+    module, build_dir = loaded.module, loaded.build_dir
+    del loaded
+    gc.collect()
+    assert build_dir.is_dir()
+    gate, up = torch.randn(4, 128), torch.randn(4, 128)
+    # The tanh form runs nested Triton functions, whose source the interpreter reads from the build.
+    expected = (accuracy.gelu64(gate.double(), "tanh") * up.double()).float()
+    torch.testing.assert_close(module.geglu(gate, up, approximate="tanh"), expected)
+    environment.LoadedKernel(module, build_dir, temporary=True).close()
+    assert not build_dir.exists()
+
+
 def test_gelu64_derivative_matches_autograd():
     x = torch.linspace(-8, 8, 1001, dtype=torch.float64, requires_grad=True)
     for approximate in grid.APPROXIMATIONS:

@@ -7,10 +7,12 @@ The kernel is loaded as users load it: built into a directory with
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import importlib.metadata
 import platform
 import re
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -114,32 +116,38 @@ def device_properties(device: torch.device) -> dict:
 
 @dataclass
 class LoadedKernel:
-    """The kernel module and the build directory it was loaded from (kept alive while in use)."""
+    """The kernel module and the build directory it was loaded from.
+
+    A temporary build (``load_kernel(None)``) stays on disk until ``close()`` or
+    the process's exit, not until this object is collected: the module keeps
+    reading its directory (lazy imports; the interpreter re-reads the Triton
+    kernels' source), so a caller that keeps only ``.module`` must not lose it.
+    """
 
     module: ModuleType
     build_dir: Path
-    _temporary: tempfile.TemporaryDirectory | None = None
+    temporary: bool = False
 
     def close(self) -> None:
-        if self._temporary is not None:
-            self._temporary.cleanup()
-            self._temporary = None
+        if self.temporary:
+            shutil.rmtree(self.build_dir, ignore_errors=True)
+            self.temporary = False
 
 
 def load_kernel(kernel_dir: Path | None) -> LoadedKernel:
     """The built kernel from ``kernel_dir``, or built from this checkout into a temporary directory."""
     from kernels import get_local_kernel
 
-    temporary = None
-    if kernel_dir is None:
+    temporary = kernel_dir is None
+    if temporary:
         from geglu_triton.build import build_variants
 
-        temporary = tempfile.TemporaryDirectory(prefix="fused-geglu-bench-build-")
-        kernel_dir = Path(temporary.name)
+        kernel_dir = Path(tempfile.mkdtemp(prefix="fused-geglu-bench-build-"))
+        atexit.register(shutil.rmtree, kernel_dir, ignore_errors=True)
         build_variants(kernel_dir)
     kernel_dir = Path(kernel_dir).resolve()
     if not kernel_dir.is_dir():
         raise UsageError(
             f"--kernel-dir {kernel_dir} is not a directory (build one with `python -m geglu_triton build`)"
         )
-    return LoadedKernel(module=get_local_kernel(kernel_dir), build_dir=kernel_dir, _temporary=temporary)
+    return LoadedKernel(module=get_local_kernel(kernel_dir), build_dir=kernel_dir, temporary=temporary)
