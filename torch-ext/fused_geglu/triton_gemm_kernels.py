@@ -26,8 +26,9 @@ tiles [BLOCK_N, BLOCK_K] (rows of W, contiguous along K: 16-byte loads) and
 feeds the products to the tensor cores through ``tl.dot`` (bf16/fp16
 operands, fp32 accumulation; on Hopper, wgmma where the tile allows).
 ``num_stages`` is how many K steps Triton's pipeliner keeps in flight.
-Rows and columns past the end of x and W are clamped onto valid ones, so the
-loads need no row or column mask; the final store drops those results.
+Columns past the end of W are clamped onto valid rows of W, so its loads
+need no mask; rows past the end of x are masked (a clamped row would repeat
+a valid row's request); the final store drops those results.
 
 The launch tables (``device_tables``, one per shared-memory class of
 device) have these token classes:
@@ -145,10 +146,12 @@ def mlp_gemm_kernel(
         rows = rows.to(tl.int64)
         cols = cols.to(tl.int64)
     ks = tl.arange(0, BLOCK_K)
-    # Clamped onto valid rows of x and W: in-bounds loads with no row mask.
-    x_rows = rows % n_tokens
+    # Rows of W past n_out are clamped onto valid ones: in-bounds loads with no column mask. Rows of x past
+    # n_tokens are masked instead (no memory request, zeros): clamped, all 16 tile rows of a one-token call
+    # would request the same x line, in every program at once.
+    x_in_rows = (rows < n_tokens)[:, None]
     weight_rows = cols % n_out
-    x_ptrs = x_ptr + x_rows[:, None] * x_row_stride + ks[None, :]
+    x_ptrs = x_ptr + rows[:, None] * x_row_stride + ks[None, :]
     weight_ptrs = weight_ptr + weight_rows[:, None] * weight_row_stride + ks[None, :]
     up_weight_ptrs = up_weight_ptr + weight_rows[:, None] * up_weight_row_stride + ks[None, :]
 
@@ -157,7 +160,7 @@ def mlp_gemm_kernel(
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k_start in range(0, n_in, BLOCK_K):
         in_k = ks[None, :] < n_in - k_start  # only the last step of a K that BLOCK_K does not divide masks anything
-        x = tl.load(x_ptrs, mask=in_k, other=0.0)
+        x = tl.load(x_ptrs, mask=x_in_rows & in_k, other=0.0)
         weight = tl.load(weight_ptrs, mask=in_k, other=0.0)
         if INTERPRETED:  # see triton_kernels.RUNS_INTERPRETED
             x, weight = x.to(tl.float32), weight.to(tl.float32)
