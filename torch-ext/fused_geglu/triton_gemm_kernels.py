@@ -147,9 +147,9 @@ def mlp_gemm_kernel(
         cols = cols.to(tl.int64)
     ks = tl.arange(0, BLOCK_K)
     # Rows of W past n_out are clamped onto valid ones: in-bounds loads with no column mask. Rows of x past
-    # n_tokens are masked instead (no memory request, zeros): clamped, all 16 tile rows of a one-token call
-    # would request the same x line, in every program at once.
-    x_in_rows = (rows < n_tokens)[:, None]
+    # n_tokens are masked instead (no memory request, zeros; the store drops them too): clamped, all 16 tile
+    # rows of a one-token call would request the same x line, in every program at once.
+    token_rows = (rows < n_tokens)[:, None]
     weight_rows = cols % n_out
     x_ptrs = x_ptr + rows[:, None] * x_row_stride + ks[None, :]
     weight_ptrs = weight_ptr + weight_rows[:, None] * weight_row_stride + ks[None, :]
@@ -160,7 +160,7 @@ def mlp_gemm_kernel(
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k_start in range(0, n_in, BLOCK_K):
         in_k = ks[None, :] < n_in - k_start  # only the last step of a K that BLOCK_K does not divide masks anything
-        x = tl.load(x_ptrs, mask=x_in_rows & in_k, other=0.0)
+        x = tl.load(x_ptrs, mask=token_rows & in_k, other=0.0)
         weight = tl.load(weight_ptrs, mask=in_k, other=0.0)
         if INTERPRETED:  # see triton_kernels.RUNS_INTERPRETED
             x, weight = x.to(tl.float32), weight.to(tl.float32)
@@ -188,7 +188,7 @@ def mlp_gemm_kernel(
         out = geglu_rounded_like_eager(gate, up, dtype, APPROXIMATE_TANH, INTERPRETED)
     else:
         out = round_to(acc, dtype, INTERPRETED)
-    mask = (rows < n_tokens)[:, None] & (cols < n_out)[None, :]
+    mask = token_rows & (cols < n_out)[None, :]
     tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :], out, mask=mask)
 
 
