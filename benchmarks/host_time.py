@@ -42,15 +42,13 @@ from pathlib import Path
 
 import torch
 import triton
-from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile
 from triton.runtime import driver
 
 from geglu_triton.benchmarking.environment import load_kernel, utc_now, versions
 from geglu_triton.benchmarking.grid import GEMMA3_1B, GEMMA3_4B, MLPModel
 from geglu_triton.benchmarking.host import triton_dispatch
 from geglu_triton.benchmarking.modules import GemmaStyleMLP
-from geglu_triton.benchmarking.timing import garbage_collector_paused
+from geglu_triton.benchmarking.timing import garbage_collector_paused, gpu_work
 
 #: Calls per round (at most five kernels each: 500 launches, inside CUDA's launch queue of ~1000) and rounds.
 CALLS = 100
@@ -87,15 +85,6 @@ def fastest_rounds(cases: dict) -> dict:
                 with setting():
                     best[name] = min(best[name], host_us_per_call(fn))
     return best
-
-
-def kernels_per_call(fn) -> int:
-    """The CUDA kernels (and memsets, copies) one call queues, as torch.profiler records them."""
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return sum(1 for event in prof.events() if event.device_type == DeviceType.CUDA)
 
 
 def launch_cases(kernel) -> dict:
@@ -255,7 +244,7 @@ def main() -> None:
                 kernels = {}
                 for name, (fn, setting) in cases.items():
                     with setting():
-                        kernels[name] = kernels_per_call(fn)
+                        kernels[name] = len(gpu_work(fn, torch.device("cuda")))
                 results["mlp_us"][model.name][tokens] = row
                 results["mlp_kernels_per_call"][model.name][tokens] = kernels
                 print(f"MLP {model.name} x{tokens} tokens: " + ", ".join(f"{name} {us:.3g}" for name, us in row.items()))

@@ -79,6 +79,18 @@ def input_set_count(device: torch.device, bytes_per_set: int) -> int:
     return max(1, min(MAX_INPUT_SETS, wanted))
 
 
+def gpu_work(fn: Callable[[], object], device: torch.device) -> list:
+    """The kernels (and memsets, copies) one ``fn()`` runs on a CUDA device, as torch.profiler records them."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:  # no CPU ops: fewer events to parse
+        fn()
+        synchronize(device)
+    return [event for event in prof.events() if event.device_type == DeviceType.CUDA]
+
+
 def capture_graph(fn: Callable[[], object]) -> "torch.cuda.CUDAGraph":
     """``fn``'s launches captured in a CUDA graph, after warm-up calls on a side stream (as torch.cuda.graphs advises).
 
@@ -253,14 +265,7 @@ class Timer:
         """
         if self.device.type != "cuda":
             return self.wall_s(fn)
-        from torch.autograd import DeviceType
-        from torch.profiler import ProfilerActivity, profile
-
-        synchronize(self.device)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:  # no CPU ops: fewer events to parse
-            fn()
-            synchronize(self.device)
-        return sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA) / 1e6
+        return sum(event.time_range.elapsed_us() for event in gpu_work(fn, self.device)) / 1e6
 
     def wall_s(self, fn: Callable[[], object]) -> float:
         """Wall seconds of one ``fn()`` to a synchronized result: the host's time or the GPU's, whichever bounds it."""
