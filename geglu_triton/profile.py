@@ -13,6 +13,9 @@ shape of ``bench --models`` (8 x 1024 tokens) and Gemma3 1B's MLP:
   mlp-liger              Liger's LigerGEGLUMLP on the same weights (when installed)
   mlp-ours               the kernel's layers.GeGLUMLP.forward bound to the Gemma-style module
 
+Forward stages run Gemma 2B's MLP at 1024 tokens; ``--mlp`` and ``--tokens``
+pick another Gemma size's MLP and token count (``--mlp gemma3-4b --tokens 4096``).
+
 For each: the GPU kernels launched (name, count and time per forward), the
 CPU-side ops (``aten::t``, ``aten::addmm``, ``aten::mm``, ``aten::gelu``,
 ``aten::mul``, ...) and, where there is a bias, whether it was folded into
@@ -38,7 +41,7 @@ from typing import Callable
 import torch
 
 from .benchmarking import environment, implementations, model_grid, modules
-from .benchmarking.grid import GEMMA3_1B, GEMMA_2B, TINY_MLP, MLPModel, dtype_name
+from .benchmarking.grid import GEMMA3_1B, GEMMA_2B, GEMMA_MLPS, TINY_MLP, MLPModel, dtype_name
 from .benchmarking.report import md_cell
 from .benchmarking.timing import synchronize
 from .benchmarking.workloads import failure_text
@@ -52,6 +55,8 @@ TRAINING_SIZES = {
     "cuda": (GEMMA3_1B, model_grid.GPU_PLAN.training_batch * model_grid.GPU_PLAN.training_sequence),
     "cpu": (TINY_MLP, 5),
 }
+#: ``--mlp``'s names: every Gemma size's MLP ("gemma3-4b").
+MLP_CHOICES = {model.name.lower().replace(" ", "-"): model for model in GEMMA_MLPS}
 DTYPE = torch.bfloat16
 NO_GPU_NOTE = "GPU kernels need a GPU: this run had none, so only the CPU side (ops and their counts) is reported"
 
@@ -342,12 +347,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="forward and backward of the bias-free MLP stages, at the model-level training shape (Gemma3 1B's MLP)",
     )
+    parser.add_argument(
+        "--mlp",
+        choices=sorted(MLP_CHOICES),
+        help="this Gemma size's MLP instead (default: Gemma 2B's; with --training, Gemma3 1B's; without a GPU, a tiny one)",
+    )
+    parser.add_argument(
+        "--tokens",
+        type=_positive_int,
+        metavar="N",
+        help="tokens per forward instead (default: 1024; with --training, 8 x 1024; without a GPU, 5)",
+    )
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return int(text)
 
 
 def run(args: argparse.Namespace) -> int:
     device = environment.benchmark_device()
     training = args.training
     model, tokens = (TRAINING_SIZES if training else SIZES)[device.type]
+    model = MLP_CHOICES[args.mlp] if args.mlp else model
+    tokens = args.tokens or tokens
     out_dir = args.out or environment.default_results_dir(device)
     loaded = environment.load_kernel(args.kernel_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

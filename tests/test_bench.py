@@ -156,9 +156,10 @@ def test_profile_reports_every_stage(build_dir, tmp_path, monkeypatch):
 
 
 def test_profile_training_runs_forward_and_backward(build_dir, tmp_path):
-    assert profile.run(_parse(profile, ["--kernel-dir", str(build_dir), "--out", str(tmp_path), "--training"])) == 0
+    argv = ["--kernel-dir", str(build_dir), "--out", str(tmp_path), "--training", "--tokens", "3"]
+    assert profile.run(_parse(profile, argv)) == 0
     report = json.loads((tmp_path / "profile.json").read_text())
-    assert report["pass"] == "forward and backward"
+    assert report["pass"] == "forward and backward" and report["tokens"] == 3
     assert [s["stage"] for s in report["stages"]] == [s.name for s in profile.TRAINING_STAGES]
     assert all(not s.bias and s.name.startswith("mlp-") for s in profile.TRAINING_STAGES)
     by_name = {s["stage"]: s for s in report["stages"]}

@@ -72,6 +72,14 @@ def test_a_malformed_endpoint_is_a_usage_error(capsys, endpoint, expected):
         (["nope"], "geglu-triton: error: argument COMMAND: invalid choice: 'nope'"),
         (["hub", "serve"], "geglu-triton hub: error: the following arguments are required: --data"),
         (["publish", "--bogus"], "geglu-triton publish: error: unrecognized arguments: --bogus"),
+        (["profile", "--mlp", "gemma3-5b"], "geglu-triton profile: error: argument --mlp: invalid choice: 'gemma3-5b'"),
+        *(
+            (
+                ["profile", "--tokens", tokens],
+                f"geglu-triton profile: error: argument --tokens: must be a positive whole number, got {tokens!r}",
+            )
+            for tokens in ("0", "1k")
+        ),
     ],
 )
 def test_argparse_errors_are_one_line_too(capsys, argv, expected):
