@@ -10,11 +10,13 @@ where, and what to do; the advice to request kernel-publishing access applies
 to huggingface.co only.
 
 Repository ids and endpoints are checked by ``validate_repo_id`` and
-``validate_endpoint`` before any request is made.
+``validate_endpoint`` before any request is made; ``positive_int`` is the
+``type`` of every option that takes a count.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 from urllib.parse import urlsplit
 
@@ -41,6 +43,13 @@ class UsageError(UserError):
     """A wrong argument on the command line (exit code 2, as argparse's own errors)."""
 
     exit_code = 2
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a whole number above zero, or argparse's one-line usage error naming the value."""
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return int(text)
 
 
 def validate_repo_id(repo_id: str, *, option: str = "--repo-id") -> str:

@@ -45,6 +45,7 @@ from .benchmarking.grid import GEMMA3_1B, GEMMA_2B, GEMMA_MLPS, TINY_MLP, MLPMod
 from .benchmarking.report import md_cell
 from .benchmarking.timing import synchronize
 from .benchmarking.workloads import failure_text
+from .errors import positive_int
 
 #: Forward passes (training steps) profiled per stage in each of the two passes (figures are per forward
 #: or step, over both passes), after WARMUP_CALLS unprofiled ones.
@@ -354,16 +355,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--tokens",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="tokens per forward instead (default: 1024; with --training, 8 x 1024; without a GPU, 5)",
     )
-
-
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) == 0:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
-    return int(text)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -80,6 +80,13 @@ def test_a_malformed_endpoint_is_a_usage_error(capsys, endpoint, expected):
             )
             for tokens in ("0", "1k")
         ),
+        *(
+            (
+                ["hub", "serve", "--data", "hub-data", "--max-commit-bytes", size],
+                f"geglu-triton hub: error: argument --max-commit-bytes: must be a positive whole number, got {size!r}",
+            )
+            for size in ("-1", "64MiB")
+        ),
     ],
 )
 def test_argparse_errors_are_one_line_too(capsys, argv, expected):

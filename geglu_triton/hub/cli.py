@@ -9,7 +9,7 @@ import signal
 import threading
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import UserError, positive_int
 
 TOKEN_ENV_VAR = "GEGLU_HUB_TOKEN"
 
@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--max-commit-bytes",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="largest accepted commit request body, in bytes; larger ones get 413 (default: 64 MiB, room "
@@ -55,13 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "flight is about twice the largest file in it)",
     )
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of bytes, got {text}")
-    return value
 
 
 def _token(text: str) -> str:
