@@ -46,6 +46,7 @@ from .benchmarking.timing import (
     measure_copy_ceiling,
     measure_matmul_ceiling,
 )
+from .errors import UsageError, positive_float
 
 SCHEMA_VERSION = 1
 #: Size of the copy that measures the bandwidth ceiling, and of the matmul that measures the FLOP rate.
@@ -71,12 +72,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--memory-budget-gib",
-        type=float,
+        type=positive_float,
         default=DEFAULT_MEMORY_BUDGET_GIB,
         help="skip cells whose inputs and outputs need more (default: %(default)s)",
     )
     parser.add_argument(
-        "--time-budget-s", type=float, help="skip what remains past this (default: the grid's, or the model plan's)"
+        "--time-budget-s",
+        type=positive_float,
+        help="skip what remains past this (default: the grid's, or the model plan's)",
     )
     bench_models.add_arguments(parser)
 
@@ -191,8 +194,7 @@ def run(args: argparse.Namespace) -> int:
     if args.models is not None:
         return bench_models.run(args)
     if args.model_parts or args.model_layers is not None:
-        _print("bench: --model-parts and --model-layers apply to whole models: add --models")
-        return 2
+        raise UsageError("--model-parts and --model-layers apply to whole models: add --models")
     device = environment.benchmark_device()
     grid = _grid_from(args, device)
     out_dir = args.out or environment.default_results_dir(device)

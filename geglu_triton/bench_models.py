@@ -34,6 +34,7 @@ from .benchmarking.model_workloads import ModelContext, differences, measure_siz
 from .benchmarking.report import write_json
 from .benchmarking.timing import Deadline, Timer
 from .benchmarking.workloads import failure_text
+from .errors import UsageError, positive_int
 
 SCHEMA_VERSION = 1
 #: Dynamo's per-function recompile limit for the run: one compiled MLP graph per
@@ -55,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-parts", nargs="+", choices=PARTS, help="with --models: what to measure (default: all)")
     parser.add_argument(
         "--model-layers",
-        type=int,
+        type=positive_int,
         help="with --models: build this many layers of every size (default: the plan's, fewer for 12B and 27B)",
     )
 
@@ -79,24 +80,15 @@ def failures(models: list[dict]) -> list[dict]:
     return found
 
 
-def _usage_error(args: argparse.Namespace) -> str | None:
+def run(args: argparse.Namespace) -> int:
     ignored = [
         flag
         for flag, value in (("--grid", args.grid), ("--dtypes", args.dtypes), ("--approximations", args.approximations))
         if value
     ]
     if ignored:
-        return f"{', '.join(ignored)}: options of the kernel grid, not of bench --models (bf16 Gemma3 models)"
-    if args.model_layers is not None and args.model_layers < 1:
-        return f"--model-layers must be at least 1, not {args.model_layers}"
-    return None
-
-
-def run(args: argparse.Namespace) -> int:
-    problem = _usage_error(args)
-    if problem:
-        _print(f"bench: {problem}")
-        return 2
+        flags = ", ".join(ignored)
+        raise UsageError(f"{flags}: options of the kernel grid, not of bench --models (bf16 Gemma3 models)")
     device = environment.benchmark_device()
     plan = plan_for(device.type, args.models, args.model_layers, args.time_budget_s)
     parts = tuple(args.model_parts or PARTS)

@@ -10,13 +10,14 @@ where, and what to do; the advice to request kernel-publishing access applies
 to huggingface.co only.
 
 Repository ids and endpoints are checked by ``validate_repo_id`` and
-``validate_endpoint`` before any request is made; ``positive_int`` is the
-``type`` of every option that takes a count.
+``validate_endpoint`` before any request is made; ``positive_int`` and
+``positive_float`` are the ``type`` of every option that takes a count or an amount.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from urllib.parse import urlsplit
 
@@ -50,6 +51,17 @@ def positive_int(text: str) -> int:
     if not text.isdigit() or int(text) == 0:
         raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
     return int(text)
+
+
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a finite number above zero (not nan, not inf), or argparse's one-line usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (0 < value < math.inf):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
 
 
 def validate_repo_id(repo_id: str, *, option: str = "--repo-id") -> str:

@@ -87,11 +87,41 @@ def test_a_malformed_endpoint_is_a_usage_error(capsys, endpoint, expected):
             )
             for size in ("-1", "64MiB")
         ),
+        (
+            ["bench", "--models", "tiny", "--model-layers", "0"],
+            "geglu-triton bench: error: argument --model-layers: must be a positive whole number, got '0'",
+        ),
+        *(
+            (
+                ["bench", option, value],
+                f"geglu-triton bench: error: argument {option}: must be a positive number, got {value!r}",
+            )
+            for option, value in (
+                ("--memory-budget-gib", "nan"),
+                ("--memory-budget-gib", "0"),
+                ("--time-budget-s", "-5"),
+                ("--time-budget-s", "inf"),
+            )
+        ),
     ],
 )
 def test_argparse_errors_are_one_line_too(capsys, argv, expected):
     code, line = run_cli(capsys, *argv)
     assert code == 2 and line.startswith(expected) and line.endswith("--help)")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["bench", "--model-parts", "mlp"], "--model-parts and --model-layers apply to whole models: add --models"),
+        (["bench", "--models", "tiny", "--grid", "quick"], "--grid: options of the kernel grid, not of bench --models"),
+    ],
+)
+def test_bench_options_that_do_not_go_together_are_usage_errors(capsys, tmp_path, monkeypatch, argv, expected):
+    monkeypatch.chdir(tmp_path)
+    code, line = run_cli(capsys, *argv)
+    assert code == 2 and line.startswith(f"geglu-triton bench: error: {expected}")
+    assert list(tmp_path.iterdir()) == []  # refused before any results directory
 
 
 def test_validators_accept_what_the_hub_accepts():
