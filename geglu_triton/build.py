@@ -150,17 +150,20 @@ def build_variants(out_dir: Path, source_root: Path = REPO_ROOT) -> list[Path]:
     files = layout.package_source_files(config.package_dir, config.pyext)
     ops_source = render_ops_module(config.module_name, identity.unique_id)
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     names = {backend: layout.variant_dir_name(backend) for backend in config.backends}
-    _remove_stale_variants(out_dir, set(names.values()))
     variants = []
-    for backend, name in names.items():
-        variant = out_dir / name
-        _write_variant(variant, config, files, ops_source)
-        metadata = variant_metadata(config, backend, identity, builder, layout.digest_files(variant))
-        write_json(variant / layout.METADATA_FILE, metadata)
-        validate_written_variant(variant)
-        variants.append(variant)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        _remove_stale_variants(out_dir, set(names.values()))
+        for backend, name in names.items():
+            variant = out_dir / name
+            _write_variant(variant, config, files, ops_source)
+            metadata = variant_metadata(config, backend, identity, builder, layout.digest_files(variant))
+            write_json(variant / layout.METADATA_FILE, metadata)
+            validate_written_variant(variant)
+            variants.append(variant)
+    except OSError as err:  # not writable, not a directory, disk full
+        raise BuildError(f"cannot write the build into {out_dir}: {err}") from err
     return variants
 
 

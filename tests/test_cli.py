@@ -87,6 +87,13 @@ def test_a_malformed_endpoint_is_a_usage_error(capsys, endpoint, expected):
             )
             for size in ("-1", "64MiB")
         ),
+        *(
+            (
+                ["hub", "serve", "--data", "hub-data", "--port", port],
+                f"geglu-triton hub: error: argument --port: must be a port number from 0 to 65535, got {port!r}",
+            )
+            for port in ("-1", "65536")
+        ),
         (
             ["bench", "--models", "tiny", "--model-layers", "0"],
             "geglu-triton bench: error: argument --model-layers: must be a positive whole number, got '0'",
@@ -122,6 +129,15 @@ def test_bench_options_that_do_not_go_together_are_usage_errors(capsys, tmp_path
     code, line = run_cli(capsys, *argv)
     assert code == 2 and line.startswith(f"geglu-triton bench: error: {expected}")
     assert list(tmp_path.iterdir()) == []  # refused before any results directory
+
+
+def test_a_build_directory_that_cannot_be_written_is_one_line(capsys, tmp_path):
+    not_a_directory = tmp_path / "a-file"
+    not_a_directory.write_text("")
+    out = not_a_directory / "build"
+    code, line = run_cli(capsys, "build", "--out", str(out))
+    assert code == 1 and line.startswith(f"geglu-triton build: error: cannot write the build into {out}: ")
+    assert "Not a directory" in line
 
 
 def test_validators_accept_what_the_hub_accepts():

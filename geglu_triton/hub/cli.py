@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument(
-        "--port", type=int, default=8080, help="port to listen on; 0 picks a free one (default: %(default)s)"
+        "--port", type=_port, default=8080, help="port to listen on; 0 picks a free one (default: %(default)s)"
     )
     serve.add_argument(
         "--data", type=Path, required=True, metavar="DIR", help="persistent storage directory (created if missing)"
@@ -55,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "flight is about twice the largest file in it)",
     )
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, got {text!r}")
+    return int(text)
 
 
 def _token(text: str) -> str:
