@@ -46,7 +46,7 @@ from .benchmarking.timing import (
     measure_copy_ceiling,
     measure_matmul_ceiling,
 )
-from .errors import UsageError, positive_float
+from .errors import UsageError, directory_to_write, positive_float
 
 SCHEMA_VERSION = 1
 #: Size of the copy that measures the bandwidth ceiling, and of the matmul that measures the FLOP rate.
@@ -63,7 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "always used without a GPU)",
     )
     parser.add_argument("--quick", dest="grid", action="store_const", const="quick", help="the same as --grid quick")
-    parser.add_argument("--out", type=Path, help="output directory (default: ./<date>-<device>/ in the current directory)")
+    parser.add_argument(
+        "--out", type=directory_to_write, help="output directory (default: ./<date>-<device>/ in the current directory)"
+    )
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), help="dtypes (default: the grid's)")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS), help="what to run")
     parser.add_argument("--approximations", nargs="+", choices=APPROXIMATIONS, help="GELU forms (default: tanh)")

@@ -33,7 +33,7 @@ from kernels._rust import Digest, DigestAlgorithm, DigestValidationError, Metada
 
 from . import REPO_ROOT, __version__, layout
 from .buildinfo import KernelConfig, SourceIdentity, git_state, read_config, source_identity
-from .errors import UserError
+from .errors import UserError, directory_to_write
 from .ops_module import op_namespace, render_ops_module
 
 #: How our builds name their builder in metadata.json's provenance: this toolkit, not kernel-builder.
@@ -169,7 +169,10 @@ def build_variants(out_dir: Path, source_root: Path = REPO_ROOT) -> list[Path]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--out", type=Path, default=REPO_ROOT / "build", help="output directory (default: build/ in the repository)"
+        "--out",
+        type=directory_to_write,
+        default=REPO_ROOT / "build",
+        help="output directory (default: build/ in the repository)",
     )
 
 

@@ -207,7 +207,7 @@ def check_build(build_dir: Path, *, source_root: Path = REPO_ROOT, import_check:
     build_dir = Path(build_dir)
     config = read_config(Path(source_root))
     if not build_dir.is_dir():
-        return [Violation("layout", str(build_dir), "no such directory")]
+        return [Violation("layout", str(build_dir), "not a directory" if build_dir.exists() else "no such directory")]
 
     expected = {layout.variant_dir_name(backend): backend for backend in config.backends}
     violations = [

@@ -11,7 +11,8 @@ to huggingface.co only.
 
 Repository ids and endpoints are checked by ``validate_repo_id`` and
 ``validate_endpoint`` before any request is made; ``positive_int`` and
-``positive_float`` are the ``type`` of every option that takes a count or an amount.
+``positive_float`` are the ``type`` of every option that takes a count or an amount,
+``directory_to_write`` of every option naming a directory a command creates or fills.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from pathlib import Path
 from urllib.parse import urlsplit
 
 #: The Hub whose rules (kernel-publishing approval) the huggingface.co-only advice is about.
@@ -62,6 +64,17 @@ def positive_float(text: str) -> float:
     if not (0 < value < math.inf):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
     return value
+
+
+def directory_to_write(text: str) -> Path:
+    """An argparse ``type``: a directory path, refused where something that is not a directory is in the way."""
+    path = Path(text)
+    blocker = next((p for p in (path, *path.parents) if p.exists()), None)
+    if blocker == path and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory")
+    if blocker is not None and not blocker.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be created: {str(blocker)!r} is not a directory")
+    return path
 
 
 def validate_repo_id(repo_id: str, *, option: str = "--repo-id") -> str:

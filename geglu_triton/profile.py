@@ -45,7 +45,7 @@ from .benchmarking.grid import GEMMA3_1B, GEMMA_2B, GEMMA_MLPS, TINY_MLP, MLPMod
 from .benchmarking.report import md_cell
 from .benchmarking.timing import synchronize
 from .benchmarking.workloads import failure_text
-from .errors import positive_int
+from .errors import directory_to_write, positive_int
 
 #: Forward passes (training steps) profiled per stage in each of the two passes (figures are per forward
 #: or step, over both passes), after WARMUP_CALLS unprofiled ones.
@@ -339,7 +339,9 @@ def _note(device: torch.device, stages: list[dict]) -> str | None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, help="output directory (default: ./<date>-<device>/ in the current directory)")
+    parser.add_argument(
+        "--out", type=directory_to_write, help="output directory (default: ./<date>-<device>/ in the current directory)"
+    )
     parser.add_argument(
         "--kernel-dir", type=Path, help="an existing build (default: build this checkout into a temp dir)"
     )
@@ -351,7 +353,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mlp",
         choices=sorted(MLP_CHOICES),
-        help="this Gemma size's MLP instead (default: Gemma 2B's; with --training, Gemma3 1B's; without a GPU, a tiny one)",
+        help="this Gemma size's MLP instead (default: Gemma 2B's; with --training, Gemma3 1B's; "
+        "without a GPU, a tiny one)",
     )
     parser.add_argument(
         "--tokens",

@@ -136,6 +136,13 @@ def violations_of(build: Path, source: Path) -> list[str]:
     return [str(v) for v in check_build(build, source_root=source, import_check=False)]
 
 
+def test_check_says_what_is_at_the_path_when_it_is_not_a_build_directory(tmp_path, source):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    assert violations_of(a_file, source) == [f"[layout] {a_file}: not a directory"]
+    assert violations_of(tmp_path / "missing", source) == [f"[layout] {tmp_path / 'missing'}: no such directory"]
+
+
 def test_check_reports_a_wrong_digest(broken, source):
     (broken / "torch-cuda" / "ops.py").write_text("# changed after the build\n")
     assert any(

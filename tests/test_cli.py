@@ -10,6 +10,7 @@ what they exercise is the Hub side.
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -131,13 +132,29 @@ def test_bench_options_that_do_not_go_together_are_usage_errors(capsys, tmp_path
     assert list(tmp_path.iterdir()) == []  # refused before any results directory
 
 
-def test_a_build_directory_that_cannot_be_written_is_one_line(capsys, tmp_path):
-    not_a_directory = tmp_path / "a-file"
-    not_a_directory.write_text("")
-    out = not_a_directory / "build"
+def test_a_file_where_a_directory_goes_is_a_usage_error(capsys, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for argv in (
+        ["build", "--out", str(blocker)],
+        ["bench", "--out", str(blocker / "results")],
+        ["profile", "--out", str(blocker)],
+        ["hub", "serve", "--data", str(blocker / "hub-data")],
+    ):
+        code, line = run_cli(capsys, *argv)
+        given = argv[-1]
+        if given == str(blocker):
+            expected = f"{given!r} exists and is not a directory"
+        else:
+            expected = f"{given!r} cannot be created: {str(blocker)!r} is not a directory"
+        assert code == 2 and expected in line, line
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, a directory nothing can be created in")
+def test_a_build_directory_that_cannot_be_created_is_one_line(capsys):
+    out = Path("/proc/fused-geglu-build")  # even root cannot create it, unlike a read-only directory
     code, line = run_cli(capsys, "build", "--out", str(out))
     assert code == 1 and line.startswith(f"geglu-triton build: error: cannot write the build into {out}: ")
-    assert "Not a directory" in line
 
 
 def test_validators_accept_what_the_hub_accepts():

@@ -7,9 +7,8 @@ import contextlib
 import os
 import signal
 import threading
-from pathlib import Path
 
-from ..errors import UserError, positive_int
+from ..errors import UserError, directory_to_write, positive_int
 
 TOKEN_ENV_VAR = "GEGLU_HUB_TOKEN"
 
@@ -29,7 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--port", type=_port, default=8080, help="port to listen on; 0 picks a free one (default: %(default)s)"
     )
     serve.add_argument(
-        "--data", type=Path, required=True, metavar="DIR", help="persistent storage directory (created if missing)"
+        "--data",
+        type=directory_to_write,
+        required=True,
+        metavar="DIR",
+        help="persistent storage directory (created if missing)",
     )
     serve.add_argument(
         "--trusted-org",
