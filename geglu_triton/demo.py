@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from . import REPO_ROOT
+from .errors import directory_to_write
 
 REPO_ID = "org/fused-geglu"
 TRUSTED_ORG = REPO_ID.split("/")[0]
@@ -33,7 +34,9 @@ LOGITS_REL_TOL = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 5e-3}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--build", type=Path, default=REPO_ROOT / "build", help="where to build the variants")
+    parser.add_argument(
+        "--build", type=directory_to_write, default=REPO_ROOT / "build", help="where to build the variants"
+    )
     parser.add_argument(
         "--dtype", choices=sorted(LOGITS_REL_TOL), default=None, help="model dtype (default: bfloat16 on a GPU, float32 on the CPU)"
     )

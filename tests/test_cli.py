@@ -140,6 +140,7 @@ def test_a_file_where_a_directory_goes_is_a_usage_error(capsys, tmp_path):
         ["bench", "--out", str(blocker / "results")],
         ["profile", "--out", str(blocker)],
         ["hub", "serve", "--data", str(blocker / "hub-data")],
+        ["demo", "--build", str(blocker)],
     ):
         code, line = run_cli(capsys, *argv)
         given = argv[-1]
