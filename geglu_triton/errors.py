@@ -50,7 +50,7 @@ class UsageError(UserError):
 
 def positive_int(text: str) -> int:
     """An argparse ``type``: a whole number above zero, or argparse's one-line usage error naming the value."""
-    if not text.isdigit() or int(text) == 0:
+    if not text.isdecimal() or int(text) == 0:  # isdecimal, not isdigit: int() refuses "²"
         raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
     return int(text)
 
@@ -69,11 +69,13 @@ def positive_float(text: str) -> float:
 def directory_to_write(text: str) -> Path:
     """An argparse ``type``: a directory path, refused where something that is not a directory is in the way."""
     path = Path(text)
-    blocker = next((p for p in (path, *path.parents) if p.exists()), None)
-    if blocker == path and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory")
+    blocker = next((p for p in (path, *path.parents) if p.exists()), None)  # the nearest part that exists
     if blocker is not None and not blocker.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} cannot be created: {str(blocker)!r} is not a directory")
+        if blocker == path:
+            problem = "exists and is not a directory"
+        else:
+            problem = f"cannot be created: {str(blocker)!r} is not a directory"
+        raise argparse.ArgumentTypeError(f"{text!r} {problem}")
     return path
 
 

@@ -79,7 +79,7 @@ def test_a_malformed_endpoint_is_a_usage_error(capsys, endpoint, expected):
                 ["profile", "--tokens", tokens],
                 f"geglu-triton profile: error: argument --tokens: must be a positive whole number, got {tokens!r}",
             )
-            for tokens in ("0", "1k")
+            for tokens in ("0", "1k", "²")
         ),
         *(
             (

@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _port(text: str) -> int:
-    if not text.isdigit() or int(text) > 65535:
+    if not text.isdecimal() or int(text) > 65535:
         raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, got {text!r}")
     return int(text)
 
