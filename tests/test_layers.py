@@ -136,6 +136,20 @@ def test_geglu_mlp_without_act_fn_runs_the_original_forward_for_other_activation
     assert x.grad is not None
 
 
+def test_geglu_mlp_runs_what_the_kernels_do_not_take_as_eager_does(kernel):
+    """float64 (gradcheck's dtype) runs the original forward: eager's result and gradients, so that
+    torch.autograd.gradcheck passes on a kernelized model; a non-tensor gets eager's one-line error."""
+    eager = GeGLUMLPModule(nn.GELU(approximate="tanh"), hidden=4, intermediate=6).double()
+    module = _with_kernel_forward(GeGLUMLPModule(nn.GELU(approximate="tanh"), hidden=4, intermediate=6), kernel.layers.GeGLUMLP)
+    module.load_state_dict(eager.state_dict())
+    module.double()
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.equal(module(x), eager(x))
+    assert torch.autograd.gradcheck(module, (x,))
+    with pytest.raises(TypeError, match="must be Tensor, not list"):
+        module([[0.0] * 4])
+
+
 def test_geglu_mlp_on_a_meta_device_model(kernel):
     """torch.device("meta") model init and shape propagation through the kernelized MLP, training and inference."""
     with torch.device("meta"):

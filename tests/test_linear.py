@@ -246,17 +246,22 @@ def test_bad_linear_inputs_get_clear_errors(kernel, make_args, error, message):
         kernel.geglu_linear(**make_args())
 
 
-@pytest.mark.parametrize(
-    "weight, bias, message",
-    [
-        (randn(7, 8), None, "gate_up_weight must be 2-D [2 * intermediate, hidden]"),
-        (randn(6, 8), randn(3), "gate_up_bias must have shape (6,)"),
-    ],
-    ids=["odd-rows", "bias-shape"],
-)
-def test_bad_fused_gate_up_inputs_get_clear_errors(kernel, weight, bias, message):
-    with pytest.raises(ValueError, match=re.escape(message)):
-        kernel.geglu_linear_concat(randn(2, 8), weight, bias)
+#: (x, gate_up_weight, gate_up_bias), error, message: the fused weight and bias named as passed, not as the
+#: halves they are read as.
+BAD_FUSED_GATE_UP_INPUTS = [
+    (lambda: (randn(2, 8), randn(7, 8), None), ValueError, "gate_up_weight holds [gate | up] rows"),
+    (lambda: (randn(2, 7), randn(6, 8), None), ValueError, "gate_up_weight must be [2 * intermediate, 7]"),
+    (lambda: (randn(2, 8), randn(6, 8).half(), None), TypeError, "gate_up_weight must have x's dtype"),
+    (lambda: (randn(2, 8), randn(6, 8, device="meta"), None), ValueError, "gate_up_weight must be on x's device"),
+    (lambda: (randn(2, 8), randn(6, 8), randn(3)), ValueError, "gate_up_bias must have shape (6,)"),
+    (lambda: (randn(2, 8), randn(6, 8), randn(6).half()), TypeError, "gate_up_bias must have x's dtype"),
+]
+
+
+@pytest.mark.parametrize("make_args, error, message", BAD_FUSED_GATE_UP_INPUTS, ids=[b[-1] for b in BAD_FUSED_GATE_UP_INPUTS])
+def test_bad_fused_gate_up_inputs_get_clear_errors(kernel, make_args, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        kernel.geglu_linear_concat(*make_args())
 
 
 @pytest.mark.kernels_ci

@@ -99,10 +99,30 @@ def test_bad_inputs_get_clear_errors(kernel, name, make_args, kwargs, error, mes
         getattr(kernel, name)(*make_args(), **kwargs)
 
 
-def test_out_overlapping_its_input_is_refused(kernel):
-    x = randn(4, 8)
-    with pytest.raises(ValueError, match="overlaps"):
-        kernel.gelu_and_mul(x[:, :4], x)
+def test_out_in_its_inputs_memory_gets_eager_result(kernel):
+    """out over x's own gate half, or interleaved with x in one buffer: x is read whole before out is written,
+    so out holds what a separate out would."""
+    for function in (kernel.gelu_and_mul, kernel.gelu_tanh_and_mul):
+        x = randn(4, 8)
+        expected = function(torch.empty(4, 4), x.clone())
+        function(x[:, :4], x)
+        assert torch.equal(x[:, :4], expected)
+        buffer = randn(4, 12)
+        expected = function(torch.empty(4, 4), buffer[:, :8].clone())
+        function(buffer[:, 8:], buffer[:, :8])
+        assert torch.equal(buffer[:, 8:], expected)
+
+
+@pytest.mark.parametrize("requires_grad", ["out", "x"])
+def test_gelu_and_mul_refuses_what_would_lose_a_gradient(kernel, requires_grad):
+    """As eager's out= functions: in grad mode neither tensor may require grad; under no_grad it writes."""
+    out, x = torch.empty(3, 2), randn(3, 4)
+    {"out": out, "x": x}[requires_grad].requires_grad_()
+    with pytest.raises(ValueError, match="gelu_and_mul writes into out and records no gradient"):
+        kernel.gelu_and_mul(out, x)
+    with torch.no_grad():
+        kernel.gelu_and_mul(out, x)
+    assert rel_error(out, torch.nn.functional.gelu(x[:, :2]) * x[:, 2:]) <= 1e-6
 
 
 def _every_function_on(kernel, make):

@@ -13,6 +13,7 @@ import types
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from reference import (
     APPROXIMATIONS,
@@ -192,6 +193,94 @@ def test_training_path_backward_twice_with_retained_graph(kernel, device):
     first = torch.autograd.grad(y, inputs, grad_y, retain_graph=True)
     second = torch.autograd.grad(y, inputs, grad_y)
     assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def _gelu(t):
+    return F.gelu(t, approximate="tanh")
+
+
+def _function_calls(kernel, device, hidden=24, intermediate=40):
+    """Each differentiable public function on fp32 leaves, as (name, ours, eager, leaves): ``ours(*leaves)``
+    calls it, ``eager(*leaves)`` computes the same with PyTorch's ops."""
+    x, gate, up = (randn(3, n, device=device).requires_grad_() for n in (hidden, intermediate, intermediate))
+    # Weights of a unit-scale projection, as a model's (nn.Linear's initialization scale).
+    gate_weight, up_weight = (
+        randn(intermediate, hidden, device=device, scale=max(hidden, 1) ** -0.5).requires_grad_() for _ in range(2)
+    )
+    down_weight = randn(hidden, intermediate, device=device, scale=max(intermediate, 1) ** -0.5).requires_grad_()
+    gate_up_weight = torch.cat([gate_weight, up_weight]).detach().requires_grad_()
+    concat = torch.cat([gate, up], dim=-1).detach().requires_grad_()
+
+    def eager_mlp_half(x, gate_weight, up_weight):
+        return _gelu(F.linear(x, gate_weight)) * F.linear(x, up_weight)
+
+    return [
+        ("geglu", kernel.geglu, lambda g, u: _gelu(g) * u, (gate, up)),
+        ("geglu_concat", kernel.geglu_concat, lambda c: _gelu(c[:, :intermediate]) * c[:, intermediate:], (concat,)),
+        ("geglu_linear", kernel.geglu_linear, eager_mlp_half, (x, gate_weight, up_weight)),
+        (
+            "geglu_linear_concat",
+            kernel.geglu_linear_concat,
+            lambda x, w: eager_mlp_half(x, w[:intermediate], w[intermediate:]),
+            (x, gate_up_weight),
+        ),
+        ("geglu_down_proj", kernel.geglu_down_proj, lambda g, u, dw: F.linear(_gelu(g) * u, dw), (gate, up, down_weight)),
+        (
+            "geglu_mlp",
+            kernel.geglu_mlp,
+            lambda x, gw, uw, dw: F.linear(eager_mlp_half(x, gw, uw), dw),
+            (x, gate_weight, up_weight, down_weight),
+        ),
+    ]
+
+
+#: The functions with projections: what torch.autocast casts (it leaves eager's GELU and multiply alone).
+_WITH_PROJECTIONS = ("geglu_linear", "geglu_linear_concat", "geglu_down_proj", "geglu_mlp")
+
+
+def test_a_second_derivative_is_an_error_not_a_wrong_gradient(kernel, device):
+    """The backwards run kernels that autograd cannot differentiate: create_graph=True followed by a backward
+    through the gradient raises, where it would otherwise drop the GeGLU's second-order terms silently."""
+    for name, ours, _, leaves in _function_calls(kernel, device):
+        grads = torch.autograd.grad(ours(*leaves).square().sum(), leaves, create_graph=True)
+        with pytest.raises(RuntimeError, match="differentiate twice"):
+            sum(grad.square().sum() for grad in grads).backward()
+
+
+def test_functions_under_autocast_train_as_eager(kernel, device):
+    """fp32 leaves in a bf16 autocast region, each function with projections called directly: the result in
+    bf16 whether or not grad mode is on (as eager's projections return it), and a backward that gives each
+    leaf an fp32 gradient within Liger's tolerance of eager's. The functions cast every operand, as autocast
+    casts the operands of nn.Linear: given fp32 gate and up, geglu_down_proj computes the GeGLU in bf16, where
+    eager's separate GELU and multiply would stay in fp32 until the projection casts their product."""
+    autocast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    for name, ours, eager, leaves in _function_calls(kernel, device):
+        if name not in _WITH_PROJECTIONS:
+            continue
+        if name == "geglu_down_proj":
+            eager = lambda g, u, dw: F.linear(_gelu(g.bfloat16()) * u.bfloat16(), dw)  # noqa: E731
+        with autocast, torch.no_grad():
+            assert ours(*leaves).dtype == torch.bfloat16, name
+        with autocast:
+            got, expected = ours(*leaves), eager(*leaves)
+        assert got.dtype == expected.dtype == torch.bfloat16, name
+        grad_y = randn(*got.shape, dtype=torch.bfloat16, device=device)
+        for leaf, grad, eager_grad in zip(leaves, torch.autograd.grad(got, leaves, grad_y), torch.autograd.grad(expected, leaves, grad_y)):
+            assert grad.dtype == leaf.dtype == torch.float32, name
+            torch.testing.assert_close(grad, eager_grad, **LIGER_GRAD_TOLERANCE, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("hidden, intermediate", [(24, 0), (0, 40)])
+def test_backward_through_an_empty_dimension_gives_eager_gradients(kernel, device, hidden, intermediate):
+    """An intermediate or hidden size of 0: every function's gradients of the leaves' shapes, equal to eager's
+    (empty, zero, or through the GeGLU where only the projections are empty)."""
+    for name, ours, eager, leaves in _function_calls(kernel, device, hidden=hidden, intermediate=intermediate):
+        got, expected = ours(*leaves), eager(*leaves)
+        assert got.shape == expected.shape, name
+        grad_y = randn(*got.shape, device=device)
+        for leaf, grad, eager_grad in zip(leaves, torch.autograd.grad(got, leaves, grad_y), torch.autograd.grad(expected, leaves, grad_y)):
+            assert grad.shape == leaf.shape, name
+            assert rel_error(grad, eager_grad) <= 1e-5, name
 
 
 @pytest.mark.parametrize("x_requires_grad", [False, True])

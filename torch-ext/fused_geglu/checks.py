@@ -61,6 +61,14 @@ def check_concat(x: torch.Tensor, approximate: str) -> None:
         )
 
 
+def _check_projection_input(x, approximate: str) -> None:
+    """The input of a function with projections: a tensor of a supported dtype, with a last dimension."""
+    _check_tensor("x", x)
+    check_approximate(approximate)
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dimension: its last dimension is the projections' input")
+
+
 def _check_weight_layout(name: str, weight, rows: str, cols: str, input_name: str, input) -> None:
     """A projection weight in nn.Linear's layout: 2-D [rows, the input's last dimension], of a supported dtype."""
     _check_tensor(name, weight)
@@ -121,10 +129,7 @@ def check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate: str
     """
     if gate_bias is None and up_bias is None and _projections_are_well_formed(x, gate_weight, up_weight, approximate):
         return
-    _check_tensor("x", x)
-    check_approximate(approximate)
-    if x.dim() == 0:
-        raise ValueError("x must have at least one dimension: its last dimension is the projections' input")
+    _check_projection_input(x, approximate)
     _check_weight_layout("gate_weight", gate_weight, "intermediate", "hidden", "x", x)
     _check_tensor("up_weight", up_weight)
     if up_weight.shape != gate_weight.shape:
@@ -164,22 +169,18 @@ def check_mlp(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_b
     _check_bias("down_bias", down_bias, down_weight.shape[:1], "x", x)
 
 
-def check_fused_gate_up(gate_up_weight, gate_up_bias) -> None:
-    """A fused gate_up_proj: weight [2 * intermediate, hidden] with [gate | up] rows, bias [2 * intermediate] or None.
-
-    The halves then go through ``check_linear``.
+def check_linear_concat(x, gate_up_weight, gate_up_bias, approximate: str) -> None:
+    """x [..., hidden]; a fused gate_up_proj: weight [2 * intermediate, hidden] with [gate | up] rows, bias
+    [2 * intermediate] or None; x's dtype and device. The halves then pass ``check_linear``.
     """
-    _check_tensor("gate_up_weight", gate_up_weight)
-    if gate_up_weight.dim() != 2 or gate_up_weight.shape[0] % 2:
+    _check_projection_input(x, approximate)
+    _check_weight_layout("gate_up_weight", gate_up_weight, "2 * intermediate", "hidden", "x", x)
+    if gate_up_weight.shape[0] % 2:
         raise ValueError(
-            "gate_up_weight must be 2-D [2 * intermediate, hidden] with [gate | up] rows, "
-            f"got {tuple(gate_up_weight.shape)}"
+            f"gate_up_weight holds [gate | up] rows and needs an even number of them, got {tuple(gate_up_weight.shape)}"
         )
-    if gate_up_bias is not None:
-        _check_tensor("gate_up_bias", gate_up_bias)
-        if gate_up_bias.shape != gate_up_weight.shape[:1]:
-            expected = (gate_up_weight.shape[0],)
-            raise ValueError(f"gate_up_bias must have shape {expected}, got {tuple(gate_up_bias.shape)}")
+    _check_matches_input("gate_up_weight", gate_up_weight, "x", x)
+    _check_bias("gate_up_bias", gate_up_bias, gate_up_weight.shape[:1], "x", x)
 
 
 def check_down_proj(gate, up, down_weight, down_bias, approximate: str) -> None:
@@ -212,22 +213,3 @@ def check_out(out: torch.Tensor, expected_shape: torch.Size, like: torch.Tensor)
                 f"out has stride 0 in dimension {dim} (an expanded tensor): its elements share memory and cannot "
                 "each be written; pass a tensor with its own memory per element"
             )
-
-
-def _byte_span(tensor: torch.Tensor) -> tuple[int, int]:
-    """[first, last + 1) byte addresses the tensor's elements occupy."""
-    last_offset = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
-    return tensor.data_ptr(), tensor.data_ptr() + (last_offset + 1) * tensor.element_size()
-
-
-def check_no_overlap(out: torch.Tensor, x: torch.Tensor) -> None:
-    """``out`` must not share memory with the input it is computed from (that would be a race).
-
-    It reads data pointers, so it runs where the tensors have data: in the op's implementation.
-    """
-    if out.numel() == 0 or x.numel() == 0:
-        return
-    out_start, out_end = _byte_span(out)
-    x_start, x_end = _byte_span(x)
-    if out_start < x_end and x_start < out_end:
-        raise ValueError("out overlaps x: the kernel would overwrite inputs it has not read yet")

@@ -18,9 +18,9 @@ from . import ops
 from .checks import (
     check_concat,
     check_down_proj,
-    check_fused_gate_up,
     check_gate_up,
     check_linear,
+    check_linear_concat,
     check_mlp,
     check_out,
     concat_output_shape,
@@ -48,6 +48,34 @@ def _needs_registered_op(*tensors: Optional[torch.Tensor]) -> bool:
 def needs_gradient(*tensors: Optional[torch.Tensor]) -> bool:
     """Whether autograd records a call on these tensors (None skipped): grad mode on and one of them requires it."""
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _autocast_dtype(x) -> Optional[torch.dtype]:
+    """The dtype ``torch.autocast`` runs ``nn.Linear`` in on x's device; None outside autocast (or for a non-tensor,
+    which the checks then name).
+    """
+    if not isinstance(x, torch.Tensor) or x.is_meta:  # autocast has no state for the meta device
+        return None
+    device_type = "cuda" if x.is_cuda else x.device.type  # (ROCm tensors are "cuda" too) without a torch.device object
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+
+def _autocast(operands: tuple) -> tuple:
+    """The operands of a function with projections (x first) as ``nn.Linear`` sees them under ``torch.autocast``.
+
+    In an autocast region eager's projections cast their input, weight and
+    bias to the autocast dtype (floating tensors, float64 aside). The kernels
+    take tensors as they are given, so the functions with projections cast
+    them first the same way: differentiably, so that fp32 weights get fp32
+    gradients, and ahead of the dtype checks. Outside autocast: as given.
+    """
+    dtype = _autocast_dtype(operands[0])
+    if dtype is None:
+        return operands
+    return tuple(
+        t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype not in (dtype, torch.float64) else t
+        for t in operands
+    )
 
 
 def geglu(gate: torch.Tensor, up: torch.Tensor, *, approximate: str = "tanh") -> torch.Tensor:
@@ -107,13 +135,14 @@ def geglu_linear(
     projections and the GeGLU run as one Triton GEMM that never writes the
     projections to memory, where the launch table says it is faster;
     otherwise (training, fp32, large token counts) two GEMMs and the fused
-    activation kernel, differentiable.
+    activation kernel, differentiable. Under ``torch.autocast`` the tensors
+    are cast to the autocast dtype first, as ``nn.Linear`` casts them.
 
     Returns:
         ``[..., intermediate]``.
     """
-    check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate)
-    operands = (x, gate_weight, up_weight, gate_bias, up_bias)
+    operands = x, gate_weight, up_weight, gate_bias, up_bias = _autocast((x, gate_weight, up_weight, gate_bias, up_bias))
+    check_linear(*operands, approximate)
     if needs_gradient(*operands):
         return geglu(F.linear(x, gate_weight, gate_bias), F.linear(x, up_weight, up_bias), approximate=approximate)
     if _needs_registered_op(*operands):
@@ -132,7 +161,8 @@ def geglu_linear_concat(
 
     The two halves of the weight (and bias) are read in place, with no copy.
     """
-    check_fused_gate_up(gate_up_weight, gate_up_bias)
+    x, gate_up_weight, gate_up_bias = _autocast((x, gate_up_weight, gate_up_bias))
+    check_linear_concat(x, gate_up_weight, gate_up_bias, approximate)
     half = gate_up_weight.shape[0] // 2
     gate_bias, up_bias = (None, None) if gate_up_bias is None else (gate_up_bias[:half], gate_up_bias[half:])
     return geglu_linear(x, gate_up_weight[:half], gate_up_weight[half:], gate_bias, up_bias, approximate=approximate)
@@ -159,13 +189,16 @@ def geglu_down_proj(
         down_weight: ``[hidden, intermediate]``, as ``nn.Linear`` holds it; gate's dtype and device.
         down_bias: ``[hidden]`` or None.
 
+    Under ``torch.autocast`` the tensors are cast to the autocast dtype first,
+    as ``nn.Linear`` casts its operands: the GeGLU too runs in that dtype.
+
     Returns:
         ``[..., hidden]``.
     """
-    check_down_proj(gate, up, down_weight, down_bias, approximate)
-    if _needs_registered_op(gate, up, down_weight, down_bias):
-        return ops.geglu_down_proj(gate, up, down_weight, down_bias, approximate)
-    operands = (gate, up, down_weight, down_bias)
+    operands = gate, up, down_weight, down_bias = _autocast((gate, up, down_weight, down_bias))
+    check_down_proj(*operands, approximate)
+    if _needs_registered_op(*operands):
+        return ops.geglu_down_proj(*operands, approximate)
     if needs_gradient(*operands):
         return ops.GeGLUDownProjFunction.apply(*operands, approximate)
     return ops.geglu_down_proj_impl(*operands, approximate)
@@ -197,11 +230,14 @@ def geglu_mlp(
     by the backward kernel), and sums the projections' input gradients inside
     their GEMMs (``ops.GeGLUMLPFunction``); under torch.compile the projections'
     GEMMs and ``geglu_down_proj``'s registered op, which keep the same tensors.
+    Under ``torch.autocast`` the tensors are cast to the autocast dtype first,
+    as ``nn.Linear`` casts them.
 
     Returns:
         ``[..., hidden]``.
     """
-    operands = (x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias)
+    operands = _autocast((x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias))
+    x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias = operands
     check_mlp(*operands, approximate)
     registered_op = _needs_registered_op(*operands)
     if needs_gradient(*operands):
@@ -214,9 +250,14 @@ def geglu_mlp(
     return ops.geglu_mlp_impl(*operands, approximate)
 
 
-def _gelu_and_mul_into(out: torch.Tensor, x: torch.Tensor, approximate: str) -> torch.Tensor:
+def _gelu_and_mul_into(name: str, out: torch.Tensor, x: torch.Tensor, approximate: str) -> torch.Tensor:
     check_concat(x, approximate)
     check_out(out, concat_output_shape(x), x)
+    if needs_gradient(out, x):  # as eager's out= functions refuse: a gradient would be silently lost
+        raise ValueError(
+            f"{name} writes into out and records no gradient, but out or x requires grad: use geglu_concat "
+            "(differentiable), or call it under torch.no_grad()"
+        )
     if _needs_registered_op(out, x):
         ops.geglu_concat_out(out, x, approximate)
     else:
@@ -228,11 +269,12 @@ def gelu_and_mul(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Drop-in for ``kernels-community/activation``'s ``gelu_and_mul``: exact GELU.
 
     Writes ``gelu(x[..., :d]) * x[..., d:]`` into ``out`` (shape ``x.shape[:-1] + (d,)``)
-    and returns it. Not differentiable through ``out``; use ``geglu_concat`` for autograd.
+    and returns it; ``out`` may be a view of ``x``'s memory. Not differentiable: with grad mode
+    on, neither may require grad (``geglu_concat`` is the differentiable form).
     """
-    return _gelu_and_mul_into(out, x, "none")
+    return _gelu_and_mul_into("gelu_and_mul", out, x, "none")
 
 
 def gelu_tanh_and_mul(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Drop-in for ``kernels-community/activation``'s ``gelu_tanh_and_mul``: tanh GELU, into ``out``."""
-    return _gelu_and_mul_into(out, x, "tanh")
+    return _gelu_and_mul_into("gelu_tanh_and_mul", out, x, "tanh")

@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .checks import SUPPORTED_DTYPES
 from .functional import geglu, geglu_concat, geglu_down_proj, geglu_linear, geglu_mlp
 
 # transformers (5.22+) finds the module it builds in place of a mapped Gemma MLP
@@ -50,25 +51,6 @@ def _submodule(module: nn.Module, name: str):
     """
     found = module._modules.get(name)
     return found if found is not None else getattr(module, name, None)
-
-
-def autocast_dtype(x: torch.Tensor) -> Optional[torch.dtype]:
-    """The dtype ``torch.autocast`` runs eager's projections in on x's device, or None outside autocast.
-
-    Under autocast (mixed-precision training over fp32 weights, or inference
-    in an autocast region) eager's ``nn.Linear`` casts its input and weights to
-    this dtype; the kernels take the tensors as they are given, so the layer
-    casts them the same way itself.
-    """
-    if x.is_meta:  # autocast has no state for the meta device
-        return None
-    device_type = "cuda" if x.is_cuda else x.device.type  # (ROCm tensors are "cuda" too) without a torch.device object
-    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
-
-
-def _cast(tensor: Optional[torch.Tensor], dtype: Optional[torch.dtype]) -> Optional[torch.Tensor]:
-    """``tensor`` in ``dtype`` as autocast casts it (differentiably); as it is for None."""
-    return tensor if tensor is None or dtype is None else tensor.to(dtype)
 
 
 def gelu_approximation(module: nn.Module) -> Optional[str]:
@@ -125,9 +107,9 @@ class GeGLUMLP(nn.Module):
     GeGLU output (recomputed by the backward kernel). Projections that are not
     plain (quantized, LoRA, hooked) are called as they are: then only the
     GeGLU is fused, with ``geglu_down_proj`` in grad mode where ``down_proj``
-    is plain, and the first half through ``geglu_linear`` where gate and up are. Under ``torch.autocast`` the
-    tensors it reads directly are cast to the autocast dtype, as eager's
-    ``nn.Linear`` casts them.
+    is plain, and the first half through ``geglu_linear`` where gate and up are. Under ``torch.autocast``
+    those functions cast the parameters they are given to the autocast dtype,
+    as eager's ``nn.Linear`` casts them.
     """
 
     has_backward = True
@@ -135,31 +117,28 @@ class GeGLUMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         approximate = gelu_approximation(self)
-        if approximate is None:  # kernelize replaced the instance's forward: the class still has the original
+        # Another activation, or an input the kernels do not take (float64, as gradcheck runs; not a tensor): the
+        # original forward, which kernelize replaced on the instance and the class still has, computes eager's
+        # result or raises eager's error.
+        if approximate is None or getattr(x, "dtype", None) not in SUPPORTED_DTYPES:
             return type(self).forward(self, x)
         gate_proj, up_proj = _submodule(self, "gate_proj"), _submodule(self, "up_proj")
         down_proj = _submodule(self, "down_proj")
         plain_projections = is_plain_linear(gate_proj) and is_plain_linear(up_proj)
         plain_down_proj = is_plain_linear(down_proj)
-        # The projections called as modules cast for autocast themselves; those read directly are cast here.
-        cast_to = autocast_dtype(x)
-        # A plain nn.Linear's parameters are read from its _parameters (see _submodule).
+        # A plain nn.Linear's parameters are read from its _parameters (see _submodule). Under autocast the
+        # functions cast what they are given as the projections would cast it (functional._autocast).
         if plain_projections and plain_down_proj:
             gate, up, down = gate_proj._parameters, up_proj._parameters, down_proj._parameters
             operands = (x, gate["weight"], up["weight"], down["weight"], gate["bias"], up["bias"], down["bias"])
-            if cast_to is not None:
-                operands = tuple(_cast(t, cast_to) for t in operands)
             return geglu_mlp(*operands, approximate=approximate)
         if plain_down_proj and torch.is_grad_enabled():
             # Projections that are not plain may hold trainable parameters of their own (LoRA): grad mode decides.
             down = down_proj._parameters
-            weight, bias = _cast(down["weight"], cast_to), _cast(down["bias"], cast_to)
-            return geglu_down_proj(gate_proj(x), up_proj(x), weight, bias, approximate=approximate)
+            return geglu_down_proj(gate_proj(x), up_proj(x), down["weight"], down["bias"], approximate=approximate)
         if plain_projections:
             gate, up = gate_proj._parameters, up_proj._parameters
             operands = (x, gate["weight"], up["weight"], gate["bias"], up["bias"])
-            if cast_to is not None:
-                operands = tuple(_cast(t, cast_to) for t in operands)
             return down_proj(geglu_linear(*operands, approximate=approximate))
         hidden = geglu(gate_proj(x), up_proj(x), approximate=approximate)
         if plain_down_proj:  # what calling it computes, without nn.Module's call machinery (autocast casts in F.linear)

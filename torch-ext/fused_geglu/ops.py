@@ -38,16 +38,18 @@ call them under torch.compile and their implementations directly in eager mode):
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from . import torch_fallback
 from ._ops import add_op_namespace_prefix
-from .checks import check_no_overlap, concat_output_shape
+from .checks import concat_output_shape
 
 try:
     from . import triton_gemm_kernels, triton_kernels
@@ -87,8 +89,8 @@ def _row_view(tensor: torch.Tensor) -> Optional[torch.Tensor]:
         return None
     if tensor.dim() == 2:  # already one: a view would only cost a dispatcher round trip
         return tensor
-    try:
-        return tensor.view(-1, tensor.shape[-1])
+    try:  # the row count explicit: view(-1, 0) cannot infer it for an empty last dimension
+        return tensor.view(math.prod(tensor.shape[:-1]), tensor.shape[-1])
     except RuntimeError:  # leading dimensions that no single row stride describes
         return None
 
@@ -305,21 +307,37 @@ def geglu_down_proj_grads(grad_y, gate, up, down_weight, needs_grad, approximate
         if needs_weight:
             grad_gate, grad_up, h = backward_with_output(grad_h, gate, up, approximate)
             del grad_h  # one [tokens, intermediate] tensor less while the weight gradient is computed
-            grad_weight = grad_y.reshape(-1, grad_y.shape[-1]).t().matmul(h.reshape(-1, h.shape[-1]))
+            grad_weight = _rows(grad_y).t().matmul(_rows(h))
             if not needs_gate_up:
                 grad_gate = grad_up = None
         else:
             grad_gate, grad_up = backward(grad_h, gate, up, approximate)
     if needs_bias:
-        grad_bias = grad_y.reshape(-1, grad_y.shape[-1]).sum(0)
+        grad_bias = _rows(grad_y).sum(0)
     return grad_gate, grad_up, grad_weight, grad_bias
 
 
+def _byte_span(tensor: torch.Tensor) -> tuple[int, int]:
+    """[first, last + 1) byte addresses the tensor's elements occupy."""
+    last_offset = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    return tensor.data_ptr(), tensor.data_ptr() + (last_offset + 1) * tensor.element_size()
+
+
+def _may_share_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the byte spans of two non-empty tensors meet (interleaved views meet without sharing an element)."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    a_start, a_end = _byte_span(a)
+    b_start, b_end = _byte_span(b)
+    return a_start < b_end and b_start < a_end
+
+
 def geglu_concat_out_impl(out: torch.Tensor, x: torch.Tensor, approximate: str) -> None:
-    check_no_overlap(out, x)  # here, where the tensors have data (not in functional: fake under torch.compile)
-    if _row_view(out) is not None:
+    # Written in place only where out has a row view and cannot alias x (out over some of x's elements would
+    # overwrite them before they are read); otherwise computed apart, then copied in.
+    if _row_view(out) is not None and not _may_share_memory(out, x):
         _forward_into(*_halves(x), out, approximate)
-    else:  # a layout the kernels cannot write through: compute, then copy in
+    else:
         out.copy_(geglu_concat_impl(x, approximate))
 
 
@@ -491,7 +509,9 @@ geglu_down_proj.register_autograd(_geglu_down_proj_autograd, setup_context=_gegl
 # (dispatcher round trips, its autograd wrapper, Dynamo's disable guard): more
 # than the kernel itself at decode sizes (benchmarks/host_overhead.py). Outside
 # torch.compile the public functions therefore call the implementations
-# directly, through these Functions when a gradient is needed.
+# directly, through these Functions when a gradient is needed. Their backwards
+# run Triton kernels that autograd cannot differentiate again: once_differentiable
+# makes a second derivative (create_graph=True) an error, not a silently wrong one.
 
 
 class GeGLUFunction(torch.autograd.Function):
@@ -502,6 +522,7 @@ class GeGLUFunction(torch.autograd.Function):
         return geglu_impl(gate, up, approximate)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         gate, up = ctx.saved_tensors
         return (*geglu_backward_impl(grad_out, gate, up, ctx.approximate), None)
@@ -515,6 +536,7 @@ class GeGLUConcatFunction(torch.autograd.Function):
         return geglu_concat_impl(x, approximate)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         (x,) = ctx.saved_tensors
         return geglu_concat_backward_impl(grad_out, x, ctx.approximate), None
@@ -528,6 +550,7 @@ class GeGLUDownProjFunction(torch.autograd.Function):
         return geglu_down_proj_impl(gate, up, down_weight, down_bias, approximate)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_y):
         gate, up, down_weight = ctx.saved_tensors
         grads = geglu_down_proj_grads(
@@ -566,6 +589,7 @@ class GeGLUMLPFunction(torch.autograd.Function):
         return geglu_down_proj_impl(gate, up, down_weight, down_bias, approximate)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_y):
         x, gate, up, gate_weight, up_weight, down_weight = ctx.saved_tensors
         needs = ctx.needs_input_grad
