@@ -104,7 +104,7 @@ class ModelPlan:
 #: Why the training models have a smaller vocabulary than Gemma3's (formatted with the plan's).
 TRAINING_VOCAB_NOTE = (
     "the training models use a {vocab}-token vocabulary (issue 15's setting is 32768), not Gemma3's 262k: with the "
-    "real vocabulary the float32 logits and their gradient (8 GiB at 8 x 1024 tokens) would dominate the peak and "
+    "real vocabulary the float32 logits and their gradient (8 GiB each at 8 x 1024 tokens) would dominate the peak and "
     "hide the MLP's share"
 )
 
