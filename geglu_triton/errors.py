@@ -12,7 +12,8 @@ to huggingface.co only.
 Repository ids and endpoints are checked by ``validate_repo_id`` and
 ``validate_endpoint`` before any request is made; ``positive_int`` and
 ``positive_float`` are the ``type`` of every option that takes a count or an amount,
-``directory_to_write`` of every option naming a directory a command creates or fills.
+``directory_to_write`` of every option naming a directory a command creates or fills;
+``check_token`` is the one rule for a Hub token, the local Hub's and a client's.
 """
 
 from __future__ import annotations
@@ -26,12 +27,16 @@ from urllib.parse import urlsplit
 #: The Hub whose rules (kernel-publishing approval) the huggingface.co-only advice is about.
 HUGGINGFACE_CO = "huggingface.co"
 KERNEL_ACCESS_URL = "https://huggingface.co/settings/account"
-LOCAL_HUB_HINT = "start a local Hub with `python -m geglu_triton hub serve --data DIR`, or fix --endpoint"
+LOCAL_HUB_HINT = "start a local Hub with `python -m geglu_triton hub serve --data DIR`, or fix {source}"
 
 # What OpenSSL says when an https client gets a plain-HTTP answer.
 _PLAIN_HTTP_ANSWER = ("WRONG_VERSION_NUMBER", "wrong version number", "record layer failure", "packet length too long")
 # What the resolver says for a host name it cannot resolve (glibc, macOS, no DNS at all).
 _UNRESOLVED_HOST = ("name or service not known", "nodename nor servname", "temporary failure in name resolution")
+# A token in the text of an error (an HTTP client's message may quote the Authorization header it refused).
+_BEARER_TOKEN = re.compile(r"(Bearer\s+)[^'\"\s]+")
+# Visible ASCII: what an Authorization header carries unchanged.
+_TOKEN = re.compile(r"[!-~]+")
 # A Hub repository id: "<namespace>/<name>", each part as huggingface_hub's validator accepts it.
 _REPO_PART = re.compile(r"^(?![-.])(?!.*(--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])$")
 
@@ -77,6 +82,29 @@ def directory_to_write(text: str) -> Path:
             problem = f"cannot be created: {str(blocker)!r} is not a directory"
         raise argparse.ArgumentTypeError(f"{text!r} {problem}")
     return path
+
+
+def check_token(token: str) -> str:
+    """``token`` if an HTTP client can send it as it is, else ValueError, whose message never quotes it.
+
+    An empty token is refused, not taken to mean "no token" (a variable that
+    expanded to nothing must not open a Hub's writes, nor send an empty header).
+    """
+    if not token:
+        raise ValueError("the token is empty")
+    if not _TOKEN.fullmatch(token):
+        raise ValueError("the token must be visible ASCII characters without spaces (it is sent in an HTTP header)")
+    return token
+
+
+def client_token(text: str) -> str:
+    """The ``type`` of a client's --token: ``check_token``'s rule, as a usage error that names no token."""
+    try:
+        return check_token(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(
+            f"{error}: pass the token as the Hub issued it, or omit --token to use HF_TOKEN or the stored login"
+        ) from None
 
 
 def validate_repo_id(repo_id: str, *, option: str = "--repo-id") -> str:
@@ -135,36 +163,43 @@ def _request_line(err: BaseException) -> str:
     return f"{request.method} {request.url}"
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+def one_line(text) -> str:
+    """``text`` (or an exception's message) on one line, with any bearer token in it masked."""
+    return _BEARER_TOKEN.sub(r"\1***", " ".join(str(text).split()))
 
 
-def _network_error(err: BaseException, endpoint: str) -> UserError:
+def _network_error(err: BaseException, endpoint: str, source: str) -> UserError:
     text = str(err)
     sent = _request_line(err) or endpoint
     host = urlsplit(endpoint).netloc or endpoint
     if any(sign in text for sign in _PLAIN_HTTP_ANSWER):
         plain = endpoint.replace("https://", "http://", 1)
         return UserError(
-            f"{sent}: the TLS handshake with {host} failed ({_one_line(text)}): that server speaks plain HTTP "
-            f"(as the local Hub does); use --endpoint {plain}"
+            f"{sent}: the TLS handshake with {host} failed ({one_line(text)}): that server speaks plain HTTP "
+            f"(as the local Hub does); use {source} {plain}"
         )
     if "CERTIFICATE_VERIFY_FAILED" in text:
         return UserError(
-            f"{sent}: the certificate of {host} is not trusted ({_one_line(text)}); point SSL_CERT_FILE at the "
+            f"{sent}: the certificate of {host} is not trusted ({one_line(text)}); point SSL_CERT_FILE at the "
             "right CA bundle"
         )
     if "refused" in text.lower():
-        hint = "check your network" if is_huggingface_co(endpoint) else f"is the Hub running? {LOCAL_HUB_HINT}"
+        local_hint = f"is the Hub running? {LOCAL_HUB_HINT.format(source=source)}"
+        hint = "check your network" if is_huggingface_co(endpoint) else local_hint
         return UserError(f"{sent}: connection refused by {host}: {hint}")
     if any(sign in text.lower() for sign in _UNRESOLVED_HOST):
         return UserError(
-            f"{sent}: unknown host {urlsplit(endpoint).hostname!r} (no DNS answer): check the spelling of --endpoint "
+            f"{sent}: unknown host {urlsplit(endpoint).hostname!r} (no DNS answer): check the spelling of {source} "
             "and this machine's network"
+        )
+    if "Illegal header value" in text:
+        return UserError(
+            f"{sent}: the token cannot be sent in an HTTP header (it must be visible ASCII without spaces): check "
+            "--token, HF_TOKEN or the stored login"
         )
     if "timed out" in text.lower() or "Timeout" in type(err).__name__:
         return UserError(f"{sent}: {host} did not answer in time; check that it is up and reachable")
-    return UserError(f"{sent}: cannot reach {host}: {_one_line(text) or type(err).__name__}")
+    return UserError(f"{sent}: cannot reach {host}: {one_line(text) or type(err).__name__}")
 
 
 def _http_error(err, endpoint: str, *, token_sent: bool) -> UserError:
@@ -178,7 +213,7 @@ def _http_error(err, endpoint: str, *, token_sent: bool) -> UserError:
     response = err.response
     status = response.status_code if response is not None else None
     sent = _request_line(err) or endpoint
-    reason = _one_line(getattr(err, "server_message", None) or "") or "no reason given"
+    reason = one_line(getattr(err, "server_message", None) or "") or "no reason given"
     if status == 401:
         if not token_sent:
             return UserError(
@@ -208,8 +243,14 @@ def _http_error(err, endpoint: str, *, token_sent: bool) -> UserError:
     return UserError(f"{sent}: the Hub at {endpoint} answered {status}: {reason}")
 
 
-def from_hub_error(err: BaseException, *, endpoint: str, token_sent: bool) -> UserError | None:
-    """A one-line UserError for a Hub, HTTP or network error of a request to ``endpoint``; None for others."""
+def from_hub_error(
+    err: BaseException, *, endpoint: str, token_sent: bool, endpoint_source: str = "--endpoint"
+) -> UserError | None:
+    """A one-line UserError for a Hub, HTTP or network error of a request to ``endpoint``; None for others.
+
+    ``endpoint_source`` is where the endpoint came from, as the advice names it (``HF_ENDPOINT`` for the
+    Python helpers, which have no --endpoint).
+    """
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
     if isinstance(err, OfflineModeIsEnabled):
@@ -231,5 +272,5 @@ def from_hub_error(err: BaseException, *, endpoint: str, token_sent: bool) -> Us
     except ImportError:
         pass
     if network_errors and isinstance(err, tuple(network_errors)):
-        return _network_error(err, endpoint)
+        return _network_error(err, endpoint, endpoint_source)
     return None

@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 
 import torch.nn as nn
 
+from .errors import from_hub_error, one_line
+
 #: The name under which the layer is registered, as in transformers' hub mapping.
 LAYER_NAME = "GeGLUMLP"
 #: Devices the layer serves; kernels picks the entry matching the model's device.
@@ -108,7 +110,7 @@ def check_geglu_mlps(model: nn.Module, *, strict: bool = True) -> list[str]:
 
 
 def load_hub_kernel(repo_id: str, version: int, trust_remote_code: bool):
-    """``kernels.get_kernel``, with a network failure reported as one line that names it.
+    """``kernels.get_kernel``, with a failure to fetch reported as one line that names it.
 
     Without ``trust_remote_code``, get_kernel first asks the Hub whether the
     publisher is trusted; when the Hub cannot be reached it says only that it
@@ -129,25 +131,32 @@ def load_hub_kernel(repo_id: str, version: int, trust_remote_code: bool):
         try:
             HfApi(endpoint=endpoint).get_organization_overview(org)
         except Exception as cause:  # noqa: BLE001 (any failure of the request is what the user must see)
-            reason = f"{type(cause).__name__}: {cause}"
+            reason = _fetch_failure(cause, endpoint)
         else:
             reason = "the request succeeded when repeated; try again"
         raise KernelLoadError(
-            f"cannot check whether {org!r} is a trusted kernel publisher at {endpoint} ({reason}); "
-            f"{_reach_hint(endpoint)}"
+            f"cannot check whether {org!r} is a trusted kernel publisher at {endpoint}: {reason}"
         ) from None
     except (OSError, httpx2.HTTPError) as cause:
         raise KernelLoadError(
-            f"cannot fetch {repo_id} version {version} from {endpoint} ({type(cause).__name__}: {cause}); "
-            f"{_reach_hint(endpoint)}"
+            f"cannot fetch {repo_id} version {version} from {endpoint}: {_fetch_failure(cause, endpoint)}"
         ) from None
 
 
-def _reach_hint(endpoint: str) -> str:
+def _fetch_failure(cause: BaseException, endpoint: str) -> str:
+    """A failed request as the toolkit's commands report it: a Hub that answered (no such repository) or a
+    request that got no answer, with what to do; any other failure (the cache's file system) as it is."""
+    from huggingface_hub import get_token
+
+    translated = from_hub_error(
+        cause, endpoint=endpoint, token_sent=get_token() is not None, endpoint_source="HF_ENDPOINT"
+    )
+    if translated is not None:
+        return str(translated)
     host = urlsplit(endpoint).hostname or ""
-    if host in ("127.0.0.1", "localhost", "::1"):
-        return "is the local Hub running (python -m geglu_triton hub serve --data DIR)?"
-    return "check the network and HF_ENDPOINT"
+    local = host in ("127.0.0.1", "localhost", "::1")
+    hint = "is the local Hub running (python -m geglu_triton hub serve --data DIR)?" if local else "check HF_ENDPOINT"
+    return f"{type(cause).__name__}: {one_line(cause)}; {hint}"
 
 
 @dataclass
@@ -177,7 +186,8 @@ def kernelize_geglu_mlps(
         trust_remote_code: load a kernel whose publisher the Hub does not
             mark as trusted (as ``get_kernel`` takes it).
 
-    Raises KernelLoadError, in one line, when the Hub cannot be reached.
+    Raises KernelLoadError, in one line, when the kernel cannot be fetched: the Hub cannot be reached or
+    has no such repository, or ``local_path`` has no variant for this torch.
     """
     from kernels import (
         LayerRepository,
@@ -190,8 +200,15 @@ def kernelize_geglu_mlps(
     )
 
     if local_path is not None:
-        kernel = get_local_kernel(Path(local_path))
-        repository = LocalLayerRepository(repo_path=Path(local_path), layer_name=LAYER_NAME)
+        local_path = Path(local_path)
+        try:
+            kernel = get_local_kernel(local_path)
+        except FileNotFoundError as cause:  # kernels' message lists every variant it tried, over many lines
+            raise KernelLoadError(
+                f"no build variant for this torch in {local_path} ({one_line(cause)}): build one with "
+                f"`python -m geglu_triton build --out {local_path}`"
+            ) from None
+        repository = LocalLayerRepository(repo_path=local_path, layer_name=LAYER_NAME)
     else:
         kernel = load_hub_kernel(repo_id, version, trust_remote_code)
         repository = LayerRepository(

@@ -54,7 +54,7 @@ from . import REPO_ROOT, layout
 from .buildinfo import read_config
 from .card import render_card
 from .check import check_build
-from .errors import UserError, from_hub_error, validate_endpoint, validate_repo_id
+from .errors import UserError, client_token, from_hub_error, validate_endpoint, validate_repo_id
 
 REPO_TYPE = "kernel"
 MAIN_BRANCH = "main"
@@ -141,6 +141,11 @@ def _read_build(build_dir: Path) -> tuple[dict[Path, Metadata], str]:
     """The variants of a build with their metadata, and the branch ``v<version>`` they agree on."""
     variants = layout.discover_variants(build_dir)
     if not variants:
+        if (build_dir / layout.METADATA_FILE).is_file():  # one variant's directory, not the build's
+            raise PublishError(
+                f"{build_dir} is one build variant; pass the build directory that holds the variants: "
+                f"--build {build_dir.parent}"
+            )
         raise PublishError(
             f"{build_dir}: no build variants (directories with {layout.METADATA_FILE}); run `build` first"
         )
@@ -311,7 +316,10 @@ class _Hub:
                     repo_type=REPO_TYPE,
                 )
             except Exception as err:
-                self._raise_translated(err, f"commit to {plan.branch!r} of {self.repo_id}")
+                # A branch created for this build, or one some batches reached, now holds part of it at most.
+                partial = plan.is_new or index > 1
+                hint = f"; {plan.branch!r} may hold part of this build: run publish again" if partial else ""
+                self._raise_translated(err, f"commit to {plan.branch!r} of {self.repo_id}", hint)
                 raise
             oids.append(info.oid)
             if open_pr:
@@ -427,7 +435,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT),
         help=f"the Hub URL (default: HF_ENDPOINT, else {DEFAULT_ENDPOINT})",
     )
-    parser.add_argument("--token", help="a Hub token (default: HF_TOKEN, else the stored login); never printed")
+    parser.add_argument(
+        "--token", type=client_token, help="a Hub token (default: HF_TOKEN, else the stored login); never printed"
+    )
     parser.add_argument("--private", action="store_true", help="create the repository as private")
     parser.add_argument("--create-pr", action="store_true", help="open pull requests instead of committing")
     parser.add_argument(

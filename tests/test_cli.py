@@ -18,7 +18,7 @@ from huggingface_hub.errors import HfHubHTTPError
 
 from geglu_triton import publish as publish_module
 from geglu_triton.cli import EXIT_INTERRUPTED, main
-from geglu_triton.errors import UsageError, from_hub_error, validate_endpoint, validate_repo_id
+from geglu_triton.errors import UsageError, from_hub_error, one_line, validate_endpoint, validate_repo_id
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str]:
@@ -208,6 +208,26 @@ def test_a_wrong_token_against_the_local_hub(capsys, publish_args, hub):
     )
     assert code == 1 and "403 Forbidden" in line and "started with" in line
     assert "huggingface.co" not in line and "hf_wrong" not in line
+
+
+@pytest.mark.parametrize(
+    "token, problem",
+    [("", "the token is empty"), ("s3cret ", "visible ASCII"), ("s3cret\n", "visible ASCII"), ("héllo", "visible ASCII")],
+    ids=["empty", "trailing-space", "newline", "non-ascii"],
+)
+def test_a_token_that_cannot_be_sent_is_a_usage_error_that_never_prints_it(capsys, publish_args, hub, token, problem):
+    """An empty --token was sent as 'Bearer ' and one with a space or newline was echoed back in httpx's
+    'Illegal header value' error, reported as an unreachable Hub."""
+    code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", hub.endpoint, "--token", token)
+    assert code == 2 and line.startswith("geglu-triton publish: error: argument --token: ") and problem in line
+    assert "omit --token" in line and (not token or token.strip() not in line)
+
+
+def test_a_token_in_an_http_clients_error_is_masked():
+    err = httpx2.LocalProtocolError("Illegal header value b'Bearer hf_secret '")
+    line = str(from_hub_error(err, endpoint="http://127.0.0.1:8080", token_sent=True))
+    assert "hf_secret" not in line and "cannot be sent in an HTTP header" in line
+    assert one_line("header 'Authorization: Bearer hf_secret' refused") == "header 'Authorization: Bearer ***' refused"
 
 
 def test_the_approval_advice_is_for_huggingface_co_only():

@@ -111,11 +111,35 @@ def test_an_unreachable_hub_is_named_in_one_line(tmp_path):
         [sys.executable, "-c", _KERNELIZE_WITHOUT_A_HUB], env=env, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    hint = (
-        "(ConnectError: [Errno 111] Connection refused); "
-        "is the local Hub running (python -m geglu_triton hub serve --data DIR)?"
+    refused = (
+        f"connection refused by {endpoint.removeprefix('http://')}: is the Hub running? start a local Hub with "
+        "`python -m geglu_triton hub serve --data DIR`, or fix HF_ENDPOINT"
     )
     assert result.stdout.splitlines() == [
-        f"cannot check whether 'org' is a trusted kernel publisher at {endpoint} {hint}",
-        f"cannot fetch org/fused-geglu version 1 from {endpoint} {hint}",
+        f"cannot check whether 'org' is a trusted kernel publisher at {endpoint}: "
+        f"GET {endpoint}/api/organizations/org/overview: {refused}",
+        f"cannot fetch org/fused-geglu version 1 from {endpoint}: GET {endpoint}/api/kernels/org/fused-geglu/refs: {refused}",
     ]
+
+
+def test_a_repository_the_hub_does_not_have_is_named_in_one_line(published):
+    """The Hub answered 404: no advice to start a Hub that is running, and no multi-line Hub text."""
+    from geglu_triton.models import KernelLoadError
+
+    typo = published.replace("fused-geglu", "fused-gelgu")
+    with pytest.raises(KernelLoadError) as caught:
+        kernelize_geglu_mlps(torch.nn.Linear(2, 2), repo_id=typo, version=1)
+    message = str(caught.value)
+    assert "\n" not in message and "the repository does not exist" in message and typo in message
+    assert "is the Hub running" not in message
+
+
+def test_a_build_without_this_torchs_variant_is_named_in_one_line(tmp_path):
+    from geglu_triton.models import KernelLoadError
+
+    with pytest.raises(KernelLoadError) as caught:
+        kernelize_geglu_mlps(torch.nn.Linear(2, 2), local_path=tmp_path / "missing")
+    message = str(caught.value)
+    assert message.startswith(f"no build variant for this torch in {tmp_path / 'missing'} (")
+    assert message.endswith(f"build one with `python -m geglu_triton build --out {tmp_path / 'missing'}`")
+    assert "\n" not in message

@@ -217,6 +217,41 @@ def test_commits_hold_at_most_the_batch_size(v1, api, monkeypatch):
     assert len(report.commits["v1"]) == -(-uploads // 10)
 
 
+@pytest.mark.parametrize("is_new, failing_batch, partial", [(True, 1, True), (False, 2, True), (False, 1, False)])
+def test_a_commit_cut_off_says_whether_the_branch_may_hold_part_of_the_build(is_new, failing_batch, partial):
+    """A new branch, or one that some batches reached, may now hold part of the build: say so, and that
+    publishing again repairs it; a first batch refused on an existing branch changed nothing."""
+    import httpx2
+    from huggingface_hub import CommitInfo
+
+    class CutOffApi:
+        endpoint, token = "http://127.0.0.1:9", "hf_token"
+
+        def __init__(self):
+            self.batches = 0
+
+        def create_commit(self, repo_id, operations, **_):
+            self.batches += 1
+            if self.batches == failing_batch:
+                raise httpx2.ReadError("[Errno 104] Connection reset by peer")
+            url = f"https://huggingface.co/kernels/{repo_id}/commit/c{self.batches}"
+            return CommitInfo(commit_url=url, commit_message="", commit_description="", oid=f"c{self.batches}")
+
+    plan = BranchPlan(branch="v1", is_new=is_new, uploads={f"build/torch-cpu/f{i}.py": b"" for i in range(1500)})
+    with pytest.raises(PublishError) as caught:
+        _Hub(CutOffApi(), "org/k").commit(plan, message="m", create_pr=False, echo=quiet)
+    message = str(caught.value)
+    assert message.startswith("cannot commit to 'v1' of org/k: ") and "Connection reset by peer" in message
+    assert message.endswith("'v1' may hold part of this build: run publish again") == partial
+
+
+def test_a_variant_directory_given_as_the_build_names_its_parent(v1, api):
+    _, build = v1
+    variant = build / variant_for_this_torch()
+    with pytest.raises(PublishError, match=f"is one build variant; pass the build directory that holds the variants: --build {build}$"):
+        publish(variant, "org/k", api=api, echo=quiet, import_check=False)
+
+
 def test_later_batches_of_a_pull_request_go_to_its_ref():
     class RecordingApi:
         """Stands in for HfApi.create_commit (the local Hub has no pull requests)."""

@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 
-from ..errors import UserError, directory_to_write, positive_int
+from ..errors import UserError, check_token, directory_to_write, positive_int
 
 TOKEN_ENV_VAR = "GEGLU_HUB_TOKEN"
 
@@ -67,12 +67,13 @@ def _port(text: str) -> int:
 
 
 def _token(text: str) -> str:
-    from .server import check_token
-
     try:
         return check_token(text)
     except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{error} (from --token or ${TOKEN_ENV_VAR})") from None
+        raise argparse.ArgumentTypeError(
+            f"{error} (from --token or ${TOKEN_ENV_VAR}): give the token clients will send, "
+            "or none to leave writes open"
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:

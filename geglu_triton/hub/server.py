@@ -51,6 +51,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..errors import check_token
 from .storage import (
     DEFAULT_BRANCH,
     AddFile,
@@ -86,7 +87,6 @@ _TRUE_VALUES = ("1", "true")
 _FALSE_VALUES = ("", "0", "false")
 _DECIMAL = re.compile(r"[0-9]{1,18}")  # ASCII digits only ('²'.isdigit() is true), and a size int() accepts
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
-_TOKEN = re.compile(r"[!-~]+")  # visible ASCII: what an Authorization header can carry unchanged
 _log = logging.getLogger("uvicorn.error")  # the server's log, formatted and leveled by uvicorn
 
 
@@ -197,16 +197,6 @@ def create_app(
     app.add_middleware(_InternalErrorAsHubError)
     app.state.storage = storage
     return app
-
-
-def check_token(token: str) -> str:
-    """Return ``token`` if clients can present it, else ValueError: an empty token is refused, not
-    taken to mean "no token" (a variable that expanded to nothing must not open writes to anyone)."""
-    if not token:
-        raise ValueError("the token is empty: give a non-empty token, or none at all to leave writes open")
-    if not _TOKEN.fullmatch(token):
-        raise ValueError("the token must be visible ASCII characters without spaces (it is sent in an HTTP header)")
-    return token
 
 
 def _writes(
