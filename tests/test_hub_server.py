@@ -366,6 +366,29 @@ def test_untrusted_org_needs_trust_remote_code(api, hub, tmp_path):
     assert http("GET", f"{hub.endpoint}/api/organizations/nobody/overview").status == 404
 
 
+def test_repository_and_organization_names_ignore_case_as_on_the_hub(api, hub, tmp_path):
+    from kernels import get_kernel
+
+    _publish_tiny_kernel(api, "org/tiny-cased", tmp_path, "_hub_test_tiny_cased")
+    # The trust check asks for the organization as the user spelled it.
+    assert get_kernel("ORG/Tiny-Cased", version=1).greet() == "hello from tiny-cased"
+    assert http("GET", f"{hub.endpoint}/api/organizations/Org/overview").json()["trustedKernelPublisher"] is True
+    assert [branch.name for branch in api.list_repo_refs("Org/TINY-cased", repo_type="kernel").branches] == [
+        "main",
+        "v1",
+    ]
+
+    # Any spelling finds a repository, which keeps the one it was created with, and conflicts with it.
+    api.create_repo("org/Mixed-Name", repo_type="kernel")
+    assert api.repo_info("ORG/mixed-name", repo_type="kernel").id == "org/Mixed-Name"
+    with pytest.raises(HfHubHTTPError) as conflict:
+        api.create_repo("Org/MIXED-NAME", repo_type="kernel")
+    assert conflict.value.response.status_code == 409 and "org/Mixed-Name already exists" in str(conflict.value)
+    # A new repository joins its namespace as first spelled.
+    assert api.create_repo("ORG/second-name", repo_type="kernel").repo_id == "org/second-name"
+    assert _kernel_git_dir(hub, "org/second-name").is_dir()
+
+
 # -- durability ------------------------------------------------------------------------------------
 
 

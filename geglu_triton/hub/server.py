@@ -245,10 +245,14 @@ class _HubApi:
         )
 
     def organization_overview(self, request: Request) -> Response:
-        """An organization is any trusted org, or any namespace other than LOCAL_USER that holds repositories."""
+        """An organization is any trusted org, or any namespace other than LOCAL_USER that holds repositories.
+
+        As on the Hub, the name's case does not matter.
+        """
         organization = request.path_params["organization"]
-        is_organization = organization in self.trusted_orgs or (
-            organization != LOCAL_USER and self.storage.has_namespace(organization)
+        trusted = organization.lower() in {org.lower() for org in self.trusted_orgs}
+        is_organization = trusted or (
+            organization.lower() != LOCAL_USER.lower() and self.storage.has_namespace(organization)
         )
         if not is_organization:
             raise ApiError(404, f"organization {organization!r} not found")
@@ -258,7 +262,7 @@ class _HubApi:
                 "fullname": organization,
                 "type": "org",
                 "isVerified": False,
-                "trustedKernelPublisher": organization in self.trusted_orgs,
+                "trustedKernelPublisher": trusted,
             }
         )
 

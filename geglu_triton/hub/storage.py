@@ -635,14 +635,20 @@ class HubStorage:
         self._server_lock.close()  # closing the file releases its flock
 
     def repo(self, kind: str, namespace: str, name: str) -> Repository:
-        """The existing repository ``namespace/name`` of ``kind``, else RepoNotFound."""
-        key = (kind, namespace, name)
+        """The existing repository ``namespace/name`` of ``kind``, else RepoNotFound.
+
+        As on the Hub, the id's case does not matter: ``Org/Repo`` finds ``org/repo``, and the repository
+        keeps the spelling it was created with (``Repository.id``).
+        """
+        self._git_dir(kind, namespace, name, missing=RepoNotFound)  # validates kind and names
+        key = (kind, namespace.lower(), name.lower())
         with self._open_repos_lock:
             if key not in self._open_repos:
-                git_dir = self._git_dir(kind, namespace, name, missing=RepoNotFound)
-                if not git_dir.is_dir():
+                git_dir = self._existing_git_dir(kind, namespace, name)
+                if git_dir is None:
                     raise RepoNotFound(f"{kind} repository {namespace}/{name} not found")
-                self._open_repos[key] = Repository(kind, namespace, name, git_dir, self._tmp_dir)
+                stored_namespace, stored_name = _stored_id(git_dir).split("/")
+                self._open_repos[key] = Repository(kind, stored_namespace, stored_name, git_dir, self._tmp_dir)
             return self._open_repos[key]
 
     def create_repo(self, kind: str, namespace: str, name: str, *, private: bool = False) -> Repository:
@@ -650,10 +656,12 @@ class HubStorage:
 
         The repository is assembled under tmp/ and renamed into place, so it appears complete or not at all.
         """
-        git_dir = self._git_dir(kind, namespace, name, missing=InvalidName)
+        self._git_dir(kind, namespace, name, missing=InvalidName)  # validates kind and names
         with self._create_lock:
-            if git_dir.exists():
-                raise RepoExists(f"{kind} repository {namespace}/{name} already exists")
+            if (existing := self._existing_git_dir(kind, namespace, name)) is not None:
+                raise RepoExists(f"{kind} repository {_stored_id(existing)} already exists")
+            namespace = self._stored_namespace(namespace)
+            git_dir = self._git_dir(kind, namespace, name, missing=InvalidName)
             staging = Path(tempfile.mkdtemp(dir=self._tmp_dir, prefix="new-repo-", suffix=".git"))
             try:
                 subprocess.run(
@@ -685,7 +693,30 @@ class HubStorage:
         """Whether any repository, of any kind, lives under ``namespace``."""
         if not _REPO_NAME.fullmatch(namespace):
             return False
-        return any((self._repos_dir / kind / namespace).is_dir() for kind in REPO_KINDS)
+        return any(self._namespace_dirs(kind, namespace) for kind in REPO_KINDS)
+
+    def _stored_namespace(self, namespace: str) -> str:
+        """``namespace`` as its first repository, of either kind, spelled it; as given for a new one."""
+        for kind in REPO_KINDS:
+            for path in self._namespace_dirs(kind, namespace):
+                return path.name
+        return namespace
+
+    def _namespace_dirs(self, kind: str, namespace: str) -> list[Path]:
+        """The directories of ``kind`` whose name is ``namespace`` in any case."""
+        kind_dir = self._repos_dir / kind
+        if not kind_dir.is_dir():
+            return []
+        return [path for path in kind_dir.iterdir() if path.is_dir() and path.name.lower() == namespace.lower()]
+
+    def _existing_git_dir(self, kind: str, namespace: str, name: str) -> Path | None:
+        """The git directory of ``namespace/name`` as stored, matched without regard to case, or None."""
+        wanted = f"{name}.git".lower()
+        for namespace_dir in self._namespace_dirs(kind, namespace):
+            for git_dir in namespace_dir.iterdir():
+                if git_dir.name.lower() == wanted and git_dir.is_dir():
+                    return git_dir
+        return None
 
     def _git_dir(self, kind: str, namespace: str, name: str, *, missing: type[StorageError]) -> Path:
         if kind not in REPO_KINDS:
@@ -696,6 +727,11 @@ class HubStorage:
         except InvalidName as error:
             raise missing(str(error)) from None
         return self._repos_dir / kind / namespace / f"{name}.git"
+
+
+def _stored_id(git_dir: Path) -> str:
+    """``namespace/name`` as spelled on disk by the repository at ``repos/<kind>/<namespace>/<name>.git``."""
+    return f"{git_dir.parent.name}/{git_dir.name.removesuffix('.git')}"
 
 
 def _lock_data_dir(data_dir: Path):
