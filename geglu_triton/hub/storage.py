@@ -640,15 +640,14 @@ class HubStorage:
         As on the Hub, the id's case does not matter: ``Org/Repo`` finds ``org/repo``, and the repository
         keeps the spelling it was created with (``Repository.id``).
         """
-        self._git_dir(kind, namespace, name, missing=RepoNotFound)  # validates kind and names
         key = (kind, namespace.lower(), name.lower())
         with self._open_repos_lock:
             if key not in self._open_repos:
+                self._git_dir(kind, namespace, name, missing=RepoNotFound)  # validates kind and names
                 git_dir = self._existing_git_dir(kind, namespace, name)
                 if git_dir is None:
                     raise RepoNotFound(f"{kind} repository {namespace}/{name} not found")
-                stored_namespace, stored_name = _stored_id(git_dir).split("/")
-                self._open_repos[key] = Repository(kind, stored_namespace, stored_name, git_dir, self._tmp_dir)
+                self._open_repos[key] = Repository(kind, git_dir.parent.name, git_dir.stem, git_dir, self._tmp_dir)
             return self._open_repos[key]
 
     def create_repo(self, kind: str, namespace: str, name: str, *, private: bool = False) -> Repository:
@@ -659,7 +658,7 @@ class HubStorage:
         self._git_dir(kind, namespace, name, missing=InvalidName)  # validates kind and names
         with self._create_lock:
             if (existing := self._existing_git_dir(kind, namespace, name)) is not None:
-                raise RepoExists(f"{kind} repository {_stored_id(existing)} already exists")
+                raise RepoExists(f"{kind} repository {existing.parent.name}/{existing.stem} already exists")
             namespace = self._stored_namespace(namespace)
             git_dir = self._git_dir(kind, namespace, name, missing=InvalidName)
             staging = Path(tempfile.mkdtemp(dir=self._tmp_dir, prefix="new-repo-", suffix=".git"))
@@ -727,11 +726,6 @@ class HubStorage:
         except InvalidName as error:
             raise missing(str(error)) from None
         return self._repos_dir / kind / namespace / f"{name}.git"
-
-
-def _stored_id(git_dir: Path) -> str:
-    """``namespace/name`` as spelled on disk by the repository at ``repos/<kind>/<namespace>/<name>.git``."""
-    return f"{git_dir.parent.name}/{git_dir.name.removesuffix('.git')}"
 
 
 def _lock_data_dir(data_dir: Path):
