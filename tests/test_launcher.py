@@ -7,6 +7,8 @@ H200 the same code path runs for real under every kernel test and the bench.
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 import types
 
 import pytest
@@ -17,6 +19,8 @@ from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.compiler import make_backend
 from triton.runtime.jit import JITFunction, create_function_from_signature
+
+from child_process import child_env
 
 
 class FakeCompiledKernel:
@@ -176,8 +180,29 @@ def test_without_direct_launch_every_call_goes_through_triton(launcher_module):
 
 
 def test_interpreted_kernels_never_launch_directly(launcher_module, monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(launcher_module, "RUNS_INTERPRETED", True)
     assert not launcher_module.direct_launch_supported()
+
+
+@pytest.mark.parametrize("interpret", [None, "0", "1", "true", "on"])
+def test_runs_interpreted_is_what_triton_jit_does(build_dir, interpret):
+    """RUNS_INTERPRETED says interpreted exactly where @triton.jit gave the kernels an InterpretedFunction
+    ("true" and "on" interpret too, with Triton's knobs), read in a fresh process for each setting."""
+    code = (
+        "import sys, pathlib; from kernels import get_local_kernel;"
+        "from triton.runtime.interpreter import InterpretedFunction;"
+        "k = get_local_kernel(pathlib.Path(sys.argv[1]));"
+        "interpreted = isinstance(k.triton_kernels.geglu_forward_kernel, InterpretedFunction);"
+        "print(interpreted, k.triton_launcher.RUNS_INTERPRETED)"
+    )
+    env = child_env()
+    env.pop("TRITON_INTERPRET", None)
+    if interpret is not None:
+        env["TRITON_INTERPRET"] = interpret
+    result = subprocess.run([sys.executable, "-c", code, str(build_dir)], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    interpreted, flag = result.stdout.split()
+    assert flag == interpreted, f"TRITON_INTERPRET={interpret}: Triton interprets: {interpreted}, RUNS_INTERPRETED {flag}"
 
 
 def test_a_configuration_that_does_not_compile_is_unavailable_from_then_on(launcher_module):
@@ -297,25 +322,22 @@ def test_the_gate_admits_only_releases_whose_dispatch_the_launcher_repeats(launc
 
 
 @pytest.mark.parametrize(
-    "version, cuda, hip, interpret, direct",
+    "version, cuda, hip, interpreted, direct",
     [
-        ("3.6.0", "12.8", None, None, True),
-        ("3.9.0", None, "7.0", None, True),
-        ("3.9.0", "12.8", None, "1", False),  # interpreted
-        ("3.5.1", "12.8", None, None, False),  # Python specialization: not checked
-        ("3.10.0", "12.8", None, None, False),  # not read yet
-        ("4.0.0", "12.8", None, None, False),
-        ("3.9.0", None, None, None, False),  # XPU (or CPU) build of torch
+        ("3.6.0", "12.8", None, False, True),
+        ("3.9.0", None, "7.0", False, True),
+        ("3.9.0", "12.8", None, True, False),  # interpreted
+        ("3.5.1", "12.8", None, False, False),  # Python specialization: not checked
+        ("3.10.0", "12.8", None, False, False),  # not read yet
+        ("4.0.0", "12.8", None, False, False),
+        ("3.9.0", None, None, False, False),  # XPU (or CPU) build of torch
     ],
 )
-def test_direct_launch_gate(launcher_module, monkeypatch, version, cuda, hip, interpret, direct):
+def test_direct_launch_gate(launcher_module, monkeypatch, version, cuda, hip, interpreted, direct):
     monkeypatch.setattr(triton, "__version__", version)
     monkeypatch.setattr(torch.version, "cuda", cuda)
     monkeypatch.setattr(torch.version, "hip", hip)
-    if interpret is None:
-        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    else:
-        monkeypatch.setenv("TRITON_INTERPRET", interpret)
+    monkeypatch.setattr(launcher_module, "RUNS_INTERPRETED", interpreted)
     assert launcher_module.direct_launch_supported() is direct
 
 

@@ -39,7 +39,6 @@ call them under torch.compile and their implementations directly in eager mode):
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from typing import Optional
 
@@ -53,16 +52,15 @@ from .checks import concat_output_shape
 
 try:
     from . import triton_gemm_kernels, triton_kernels
-    from .triton_launcher import KernelUnavailable
+    from .triton_launcher import RUNS_INTERPRETED, KernelUnavailable
 except ImportError:  # triton is optional: the torch-cpu variant must import without it
     triton_gemm_kernels = triton_kernels = None
+    RUNS_INTERPRETED = False
     KernelUnavailable = RuntimeError  # never raised: nothing is launched
-
-_TRITON_INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _runs_on_triton(tensor: torch.Tensor) -> bool:
-    return triton_kernels is not None and (_TRITON_INTERPRETER or not tensor.is_cpu)
+    return triton_kernels is not None and (RUNS_INTERPRETED or not tensor.is_cpu)
 
 
 _warned_of_fallback = False

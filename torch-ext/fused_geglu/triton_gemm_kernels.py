@@ -75,8 +75,8 @@ from .device_tables import (  # *_MAX_TOKENS: for ops, which imports this module
     down_proj_gemm_config,
     gemm_config,
 )
-from .triton_kernels import RUNS_INTERPRETED, geglu_rounded_like_eager, needs_int64_offsets, round_to
-from .triton_launcher import Launcher, LaunchOptions
+from .triton_kernels import geglu_rounded_like_eager, needs_int64_offsets, round_to
+from .triton_launcher import RUNS_INTERPRETED, Launcher, LaunchOptions
 
 #: Storage dtypes the fused GEMM runs (tensor-core operands; fp32 would need
 #: tf32 or a slow exact dot, so fp32 takes cuBLAS and the activation kernel).
@@ -162,7 +162,7 @@ def mlp_gemm_kernel(
         in_k = ks[None, :] < n_in - k_start  # only the last step of a K that BLOCK_K does not divide masks anything
         x = tl.load(x_ptrs, mask=token_rows & in_k, other=0.0)
         weight = tl.load(weight_ptrs, mask=in_k, other=0.0)
-        if INTERPRETED:  # see triton_kernels.RUNS_INTERPRETED
+        if INTERPRETED:  # see triton_kernels on RUNS_INTERPRETED
             x, weight = x.to(tl.float32), weight.to(tl.float32)
         acc = _multiply_accumulate(x, weight, acc, BLOCK_M)
         if GATED:

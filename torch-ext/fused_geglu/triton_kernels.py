@@ -49,14 +49,13 @@ gate and up but not that product, and gets it back in the same pass for
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from .device_tables import describe_device, elementwise_config
-from .triton_launcher import Launcher, LaunchOptions
+from .triton_launcher import RUNS_INTERPRETED, Launcher, LaunchOptions
 
 # GELU constants, as constexpr globals so that compiled kernels may read them.
 SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)  # sqrt(2 / pi)
@@ -71,14 +70,12 @@ INV_SQRT_2PI = tl.constexpr(0.3989422804014327)  # 1 / sqrt(2 pi)
 # Offsets past this need 64-bit arithmetic (int32 index math would wrap).
 INT32_OFFSET_LIMIT = 2**31
 
-# Whether kernels run under Triton's interpreter (TRITON_INTERPRET=1, read
-# when triton is imported). Kernels take it as their INTERPRETED constexpr and
-# work around the interpreter's two bf16 gaps with it, so that interpreted and
-# compiled kernels compute the same numbers: it truncates fp32 -> bf16 casts
+# Kernels take RUNS_INTERPRETED (triton_launcher) as their INTERPRETED constexpr
+# and work around the interpreter's two bf16 gaps with it, so that interpreted
+# and compiled kernels compute the same numbers: it truncates fp32 -> bf16 casts
 # where compiled code rounds to nearest even (round_to rounds by hand), and
 # its tl.dot misreads bf16 operands (the GEMM kernel widens them to fp32
 # first, which changes nothing: a product of two bf16 values is exact in fp32).
-RUNS_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 @triton.jit
 def _gelu(x, APPROXIMATE_TANH: tl.constexpr):

@@ -54,17 +54,22 @@ from triton.runtime.errors import OutOfResources, PTXASError
 
 try:
     from triton import knobs
+except ImportError:  # Triton before 3.4
+    knobs = None
+try:
     from triton._C.libtriton import native_specialize_impl
     from triton.compiler import make_backend
 except ImportError:  # releases that never launch directly (DIRECT_LAUNCH_TRITON)
-    knobs = native_specialize_impl = make_backend = None
+    native_specialize_impl = make_backend = None
 
 #: (major, minor) Triton releases whose dispatch the direct path was checked against (3.6: the H200's).
 DIRECT_LAUNCH_TRITON = frozenset({(3, 6), (3, 7), (3, 8), (3, 9)})
 #: Backends whose launchers the direct path was checked against.
 DIRECT_LAUNCH_BACKENDS = frozenset({"cuda", "hip"})
 
-_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+#: Whether ``@triton.jit`` kernels are interpreted on the CPU (TRITON_INTERPRET), read once, as Triton reads it
+#: when it decorates them: through its knobs where it has them ("1", "true", "on"), else as "1".
+RUNS_INTERPRETED = knobs.runtime.interpret if knobs is not None else os.environ.get("TRITON_INTERPRET") == "1"
 
 #: Specialization keys of integer arguments a launcher remembers (one per shape seen, about).
 MAX_SCALAR_KEYS = 4096
@@ -72,7 +77,7 @@ MAX_SCALAR_KEYS = 4096
 #: What Triton raises when a configuration does not compile or load on the device. Compiled, an
 #: MLIR pass failure or a driver refusal (too many resources requested) is a RuntimeError; the
 #: interpreter compiles nothing, so there a RuntimeError is a bug and propagates.
-UNAVAILABLE_ERRORS = (OutOfResources, PTXASError, CompilationError) + (() if _INTERPRETED else (RuntimeError,))
+UNAVAILABLE_ERRORS = (OutOfResources, PTXASError, CompilationError) + (() if RUNS_INTERPRETED else (RuntimeError,))
 
 
 class KernelUnavailable(RuntimeError):
@@ -96,7 +101,7 @@ def _torch_backend() -> Optional[str]:
 def direct_launch_supported() -> bool:
     """Whether compiled kernels are launched directly: a verified Triton release and backend, compiled."""
     return (
-        os.environ.get("TRITON_INTERPRET") != "1"
+        not RUNS_INTERPRETED
         and _triton_version() in DIRECT_LAUNCH_TRITON
         and _torch_backend() in DIRECT_LAUNCH_BACKENDS
     )
