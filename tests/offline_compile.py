@@ -59,20 +59,19 @@ class Target:
     arch: object
     warp_size: int
     shared_memory: int  # bytes per block, opt-in maximum (LDS on AMD)
-    multiprocessors: int
     registers_per_thread: int  # NVIDIA: 255; AMD: VGPRs + AGPRs one lane of a wave may hold
     register_file: int  # NVIDIA: 32-bit registers per SM (one block must fit); AMD: unused (per-wave budget)
 
 
 TARGETS = (
-    Target("sm_80", "cuda", 80, 32, 166_912, 108, 255, 65_536),
-    Target("sm_86", "cuda", 86, 32, 101_376, 80, 255, 65_536),
-    Target("sm_89", "cuda", 89, 32, 101_376, 58, 255, 65_536),
-    Target("sm_90", "cuda", 90, 32, 232_448, 132, 255, 65_536),
-    Target("sm_100", "cuda", 100, 32, 232_448, 148, 255, 65_536),
-    Target("sm_120", "cuda", 120, 32, 101_376, 84, 255, 65_536),
-    Target("gfx90a", "hip", "gfx90a", 64, 65_536, 104, 512, 0),
-    Target("gfx942", "hip", "gfx942", 64, 65_536, 304, 512, 0),
+    Target("sm_80", "cuda", 80, 32, 166_912, 255, 65_536),
+    Target("sm_86", "cuda", 86, 32, 101_376, 255, 65_536),
+    Target("sm_89", "cuda", 89, 32, 101_376, 255, 65_536),
+    Target("sm_90", "cuda", 90, 32, 232_448, 255, 65_536),
+    Target("sm_100", "cuda", 100, 32, 232_448, 255, 65_536),
+    Target("sm_120", "cuda", 120, 32, 101_376, 255, 65_536),
+    Target("gfx90a", "hip", "gfx90a", 64, 65_536, 512, 0),
+    Target("gfx942", "hip", "gfx942", 64, 65_536, 512, 0),
 )
 #: Where every elementwise configuration of a warp size is compiled by default.
 FULL_ELEMENTWISE_TARGET = {32: "sm_80", 64: "gfx942"}
@@ -85,7 +84,7 @@ TYPICAL_INT = 4096
 
 def traits(kernel, target: Target):
     """The target as device_tables.describe_device would describe it."""
-    return kernel.device_tables.DeviceTraits(target.backend, target.shared_memory, target.multiprocessors, target.warp_size)
+    return kernel.device_tables.DeviceTraits(target.shared_memory, target.warp_size)
 
 
 def gemm_jobs(kernel, target: Target, every: bool):

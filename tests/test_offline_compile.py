@@ -63,7 +63,7 @@ def test_every_table_configuration_is_compiled(kernel, compiled, target):
     """The configurations compiled are the tables' own, all of them: nothing the tables can pick goes unchecked."""
     tables = kernel.device_tables
     results = _results_for(compiled, target)
-    traits = tables.DeviceTraits(target.backend, target.shared_memory, target.multiprocessors, target.warp_size)
+    traits = offline_compile.traits(kernel, target)
     for gated, table in ((True, tables.gemm_table(traits)), (False, tables.down_proj_table(traits))):
         assert table is not None, f"no {'fused' if gated else 'down projection'} GEMM table for {target.name}"
         gemm = {r["config"] for r in results if r["kernel"] == "mlp_gemm_kernel" and r["gated"] == gated}

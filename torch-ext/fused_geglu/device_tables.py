@@ -1,11 +1,11 @@
 """What the GPU offers, and the launch configurations chosen from it: every per-device choice, in one place.
 
-A device is described by what it reports to Triton's driver
-(``DeviceTraits``): its backend, the shared memory one program may use
-(the opt-in maximum per block: NVIDIA shared memory, AMD LDS, Intel SLM),
-its multiprocessor count and its warp (wavefront) size. The tables below
-are keyed by those figures, not by device names, so a GPU nobody listed
-still gets configurations that fit it.
+A device is described by the two figures the tables read from Triton's
+driver (``DeviceTraits``): the shared memory one program may use (the opt-in
+maximum per block: NVIDIA shared memory, AMD LDS, Intel SLM), which picks the
+GEMM's table, and the warp (wavefront) size, which shapes the elementwise
+kernels' tiles. The tables are keyed by those figures, not by device names,
+so a GPU nobody listed still gets configurations that fit it.
 
 Fused GEMM (``triton_gemm_kernels``)
 ------------------------------------
@@ -47,14 +47,15 @@ import triton
 class DeviceTraits:
     """What a device offers the launch tables."""
 
-    backend: str  # Triton's backend name: "cuda", "hip", "xpu"; "interpreter" for TRITON_INTERPRET=1 on the CPU
     shared_memory: int  # bytes of shared memory one program may use (opt-in maximum per block)
-    multiprocessors: int  # SMs (NVIDIA), CUs (AMD), Xe cores (Intel)
     warp_size: int  # threads per warp (wavefront, sub-group)
 
 
+#: Shared memory per block of sm_90 and sm_100 (opt-in maximum): the class of the device the tables were tuned on.
+SM90_SHARED_MEMORY = 232_448
+
 #: The interpreter has no limits; it runs the tables of the device they were tuned on (H200: sm_90).
-INTERPRETER = DeviceTraits("interpreter", shared_memory=232_448, multiprocessors=132, warp_size=32)
+INTERPRETER = DeviceTraits(shared_memory=SM90_SHARED_MEMORY, warp_size=32)
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,12 +70,9 @@ def describe_device(index: int) -> DeviceTraits:
     from triton.runtime import driver
 
     properties = driver.active.utils.get_device_properties(index)
-    target = driver.active.get_current_target()
     return DeviceTraits(
-        backend=target.backend,
         shared_memory=properties["max_shared_mem"],
-        multiprocessors=properties["multiprocessor_count"],
-        warp_size=properties.get("warpSize", target.warp_size),
+        warp_size=properties.get("warpSize", driver.active.get_current_target().warp_size),
     )
 
 
@@ -124,9 +122,9 @@ DECODE_5_STAGES = GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=5)
 #: whole grid at once. 1-16 tokens, time against DECODE_5_STAGES on those three MLPs: in the sweeps,
 #: H200 0.87-1.03x (geometric mean 0.94x; the sweep above, L2 flushed by writing), H100 0.91-0.99x
 #: (0.95x; benchmarks/results/2026-12-05-h100-v24/decode_sweep_read_flush.json, flushed by reading,
-#: as decode leaves it); side by side with the 5-stage table on the H100 (read_floor_read_flush.json
-#: there), Gemma2 2B 0.90-0.91x, Gemma3 4B 0.95-0.96x and Gemma3 1B 0.97-1.01x, whose grid fits one
-#: wave either way; on the H200 (2026-12-06-h200-v25/read_floor_read_flush*.json) Gemma2 2B 0.87-0.94x,
+#: as decode leaves it); side by side with the 5-stage table on the H100 (read_floor_*.json there,
+#: two runs, both flushes), Gemma2 2B 0.89-0.93x, Gemma3 4B 0.94-0.97x and Gemma3 1B 0.97-1.01x, whose
+#: grid fits one wave either way; on the H200 (2026-12-06-h200-v25/read_floor_read_flush*.json) Gemma2 2B 0.87-0.94x,
 #: Gemma3 4B 0.88-0.97x, Gemma3 1B 1.00-1.08x: the weakest cells at one token, where x's tile rows were
 #: then clamped onto one line (docs/PERFORMANCE.md, v26).
 DECODE_3_STAGES = GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=3)
@@ -157,7 +155,7 @@ GEMM_TABLES: tuple[tuple[int, LaunchTable], ...] = (
     # 0.71-0.98x the time of cuBLAS plus our activation in every Gemma MLP's cell at 1-256 tokens but one
     # (Gemma2 27B at 32 tokens: 1.02x and 0.96x in two runs; benchmarks/results/2026-12-05-h100-v21/).
     (
-        232_448,
+        SM90_SHARED_MEMORY,
         (
             *DECODE_CLASSES,
             TokenClass(64, MID),
@@ -183,10 +181,12 @@ GEMM_TABLES: tuple[tuple[int, LaunchTable], ...] = (
 #: at 16 tokens on the 1B by 1.17x. Source: benchmarks/results/2026-12-03-h200-v14/
 #: gemv_sweep_down-proj.json, every Gemma size's down projection at one token: the one
 #: configuration closest to each shape's best (1.05x their geometric mean; docs/PERFORMANCE.md, v14).
-#: Weights up to SMALL_WEIGHT_BYTES: side by side with cuBLAS's GEMV it took 0.83x its GPU time on
-#: Gemma3 1B's 16 MiB, 0.99x and 1.03x on Gemma3 4B's 50 MiB and Gemma2 2B's 40.5 MiB (a few
-#: hundred nanoseconds, against a microsecond of host time saved), and from Gemma 2B's 64 MiB
-#: 0.97-1.07x: there cuBLAS's GEMV is as fast or faster.
+#: Weights up to SMALL_WEIGHT_BYTES: side by side with cuBLAS's GEMV (two runs) it took 0.83x its GPU
+#: time on Gemma3 1B's 16 MiB and 0.98-1.03x on Gemma3 4B's 50 MiB and Gemma2 2B's 40.5 MiB (a few
+#: hundred nanoseconds, against a microsecond of host time saved). From Gemma 2B's 64 MiB up it took
+#: 0.97-0.98x on Gemma 7B and Gemma2 27B and 1.00-1.02x on Gemma3 12B, with cuBLAS ahead by up to 6%
+#: on the sizes between: no weight limit past 50 MiB separates the gains (docs/PERFORMANCE.md, v28's
+#: corrections).
 DOWN_PROJ_TABLES: tuple[tuple[int, LaunchTable], ...] = (
     (0, (TokenClass(1, GemmConfig(1, 2, 2048, group_m=1, num_warps=8, num_stages=1), SMALL_WEIGHT_BYTES),)),
 )

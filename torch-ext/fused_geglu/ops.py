@@ -103,8 +103,9 @@ def _kernel_operands(*tensors: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], 
     """What the elementwise kernels run on: the tensors, their [n_rows, n_cols] shape, each one's row stride.
 
     All contiguous: the tensors as they are, read as one row of numel
-    elements, so that tiles ignore row ends and every access can be a 16-byte
-    vector. Otherwise their [rows, cols] views, one row per row.
+    elements, so that tiles ignore row ends and every access is a 16-byte
+    vector where numel is a multiple of 16. Otherwise their [rows, cols]
+    views, one row per row.
     """
     if all([t.is_contiguous() for t in tensors]):
         numel = tensors[0].numel()
@@ -255,7 +256,8 @@ def linear_impl(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
     """``F.linear(x, weight, bias)``: the GEMM kernel's plain form where the down projection's table has a
     configuration for this many tokens and this weight (one token, a weight of Gemma3 4B's size or less),
     in bf16/fp16, for a weight with contiguous rows; otherwise (or where Triton cannot compile it for the
-    device) cuBLAS through ``F.linear``. Where it runs it is faster than cuBLAS's GEMV (docs/PERFORMANCE.md, v14).
+    device) cuBLAS through ``F.linear``. Where it runs it takes about cuBLAS's GEMV's GPU time (0.83-1.03x) and less
+    host time (docs/PERFORMANCE.md, v14 and v28's corrections).
     """
     n_in = x.shape[-1]
     config = (

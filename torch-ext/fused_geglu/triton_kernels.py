@@ -5,8 +5,9 @@ tensors. Every tensor has its own row stride and a unit column stride, so the
 two halves of a fused ``gate_up`` projection (``x[..., :n]`` and ``x[..., n:]``,
 row stride ``2n``) are read in place. When every tensor is contiguous the
 launcher passes a single row of ``numel`` elements instead: the tile then
-never straddles a row end and every access can be a 16-byte vector, whatever
-the width of the last dimension (4231, say).
+never straddles a row end, and where ``numel`` is a multiple of 16 (Triton
+specializes integer arguments on that) every access is a 16-byte vector,
+whatever the width of the last dimension ([16, 4231], say).
 
 Math happens in fp32 registers; loads and stores are in the tensors' dtype.
 
