@@ -195,6 +195,28 @@ def _unit_stride(bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return bias if bias is None or bias.stride(0) == 1 else bias.contiguous()
 
 
+def _gemm_config(x: torch.Tensor, weight: torch.Tensor, up_weight: Optional[torch.Tensor]):
+    """The launch table's configuration of the GEMM kernel for x through ``weight`` (gated with ``up_weight``,
+    plain where it is None), or None where the kernel does not run: off Triton, in a dtype without tensor-core
+    operands, through weights whose rows are not contiguous, for an empty output, or for a token count that the
+    device's table gives no class. The token cap goes first: it rejects prefill cheapest.
+    """
+    if not _runs_on_triton(x):
+        return None
+    gemm, gated = triton_gemm_kernels, up_weight is not None
+    n_in, n_elements = x.shape[-1], x.numel()
+    eligible = (
+        0 < n_elements <= (gemm.FUSED_MAX_TOKENS if gated else gemm.DOWN_PROJ_MAX_TOKENS) * n_in
+        and weight.shape[0]
+        and x.dtype in gemm.FUSED_DTYPES
+        and _rows_are_contiguous(weight)
+        and (not gated or _rows_are_contiguous(up_weight))
+    )
+    if not eligible:
+        return None
+    return (gemm.fused_config if gated else gemm.down_proj_config)(n_elements // n_in, weight.nbytes, x.get_device())
+
+
 def _fused_linear_operand(x: torch.Tensor) -> Optional[torch.Tensor]:
     """x as the fused GEMM reads it (see launch_geglu_linear): as it is when contiguous, else its row view or None."""
     return x if x.is_contiguous() else _row_view(x)
@@ -220,22 +242,10 @@ def geglu_linear_impl(
     This is the decode path: each step below was chosen for its host cost
     (one cached lookup for the configuration, no views for contiguous x).
     """
-    n_in, n_out = x.shape[-1], gate_weight.shape[0]
-    n_elements = x.numel()
-    config = (
-        triton_gemm_kernels.fused_config(n_elements // n_in, gate_weight.nbytes, x.get_device())
-        if _runs_on_triton(x)
-        # First what rejects prefill cheapest: more tokens than any class of the table (or none at all).
-        and 0 < n_elements <= triton_gemm_kernels.FUSED_MAX_TOKENS * n_in
-        and n_out
-        and x.dtype in triton_gemm_kernels.FUSED_DTYPES
-        and _rows_are_contiguous(gate_weight)
-        and _rows_are_contiguous(up_weight)
-        else None
-    )
+    config = _gemm_config(x, gate_weight, up_weight)
     fused_x = None if config is None else _fused_linear_operand(x)
     if fused_x is not None:
-        out = x.new_empty(x.shape[:-1] + (n_out,))
+        out = x.new_empty(x.shape[:-1] + (gate_weight.shape[0],))
         try:
             triton_gemm_kernels.launch_geglu_linear(
                 fused_x, gate_weight, up_weight, _unit_stride(gate_bias), _unit_stride(up_bias), out, approximate,
@@ -259,17 +269,7 @@ def linear_impl(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
     device) cuBLAS through ``F.linear``. Where it runs it takes about cuBLAS's GEMV's GPU time (0.83-1.03x) and less
     host time (docs/PERFORMANCE.md, v14 and v28's corrections).
     """
-    n_in = x.shape[-1]
-    config = (
-        triton_gemm_kernels.down_proj_config(x.numel() // n_in, weight.nbytes, x.get_device())
-        if _runs_on_triton(x)
-        # First what rejects prefill cheapest: more tokens than any class of the table (or none at all).
-        and 0 < x.numel() <= triton_gemm_kernels.DOWN_PROJ_MAX_TOKENS * n_in
-        and weight.shape[0]
-        and x.dtype in triton_gemm_kernels.FUSED_DTYPES
-        and _rows_are_contiguous(weight)
-        else None
-    )
+    config = _gemm_config(x, weight, None)
     operand = None if config is None else _fused_linear_operand(x)
     if operand is not None:
         out = x.new_empty(x.shape[:-1] + (weight.shape[0],))
