@@ -1,20 +1,18 @@
 """Float64 references, input factories and tolerances shared by the kernel tests.
 
 One source of truth: every test compares against these functions with these
-tolerances, so a change of policy happens in one place.
+tolerances, so a change of policy happens in one place. The float64 GELU and
+the forward's tolerance are the benchmark's own (``geglu_triton.benchmarking.accuracy``).
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
+
+from geglu_triton.benchmarking.accuracy import FORWARD_REL_TOL, gelu64  # noqa: F401 - FORWARD_REL_TOL: for the tests
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 APPROXIMATIONS = ("tanh", "none")
-
-#: ||out - ref|| / ||ref|| against the float64 reference, forward.
-FORWARD_REL_TOL = {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
 #: Eager bf16/fp16 forward: at most this fraction of elements not bit-identical
 #: (measured on the CPU, interpreter against eager: up to 5.6e-4, fp16 exact
 #: GELU, where erf implementations differ in the last fp32 bit), and at least
@@ -69,14 +67,6 @@ def backward_term_scales(gate, up, grad_out):
     """
     gate, up, grad_out = gate.detach().double(), up.detach().double(), grad_out.double()
     return (grad_out * up).abs() * (1 + gate.abs()), (grad_out * gate).abs()
-
-
-def gelu64(x: torch.Tensor, approximate: str) -> torch.Tensor:
-    """gelu in float64, written from the definitions (not through torch's gelu)."""
-    x = x.double()
-    if approximate == "tanh":
-        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
-    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
 def geglu64(gate: torch.Tensor, up: torch.Tensor, approximate: str) -> torch.Tensor:
