@@ -72,7 +72,10 @@ def positive_float(text: str) -> float:
 
 
 def directory_to_write(text: str) -> Path:
-    """An argparse ``type``: a directory path, refused where something that is not a directory is in the way."""
+    """An argparse ``type``: a directory path, refused where it is empty (Path('') is the current directory,
+    which a command would fill unasked) or where something that is not a directory is in the way."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path: name a directory ('.' for the current one)")
     path = Path(text)
     blocker = next((p for p in (path, *path.parents) if p.exists()), None)  # the nearest part that exists
     if blocker is not None and not blocker.is_dir():

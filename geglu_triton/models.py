@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import torch.nn as nn
 
-from .errors import from_hub_error, one_line
+from .errors import UsageError, from_hub_error, one_line, validate_repo_id
 
 #: The name under which the layer is registered, as in transformers' hub mapping.
 LAYER_NAME = "GeGLUMLP"
@@ -109,8 +109,22 @@ def check_geglu_mlps(model: nn.Module, *, strict: bool = True) -> list[str]:
     return [name for name, module in mapped.items() if _fused_forward(module)]
 
 
+def load_local_kernel(build_dir: Path):
+    """``kernels.get_local_kernel``, with a directory that holds no variant for this torch reported in one line."""
+    from kernels import get_local_kernel
+
+    try:
+        return get_local_kernel(build_dir)
+    except FileNotFoundError as cause:  # kernels' message lists every variant it tried, over many lines
+        raise KernelLoadError(
+            f"no build variant for this torch in {build_dir} ({one_line(cause).rstrip(':')}): build one with "
+            f"`python -m geglu_triton build --out {build_dir}`"
+        ) from None
+
+
 def load_hub_kernel(repo_id: str, version: int, trust_remote_code: bool):
-    """``kernels.get_kernel``, with a failure to fetch reported as one line that names it.
+    """``kernels.get_kernel``, with a failure to fetch reported as one line that names it (a ``repo_id`` that is
+    not ``<namespace>/<name>``: ValueError, before any request).
 
     Without ``trust_remote_code``, get_kernel first asks the Hub whether the
     publisher is trusted; when the Hub cannot be reached it says only that it
@@ -121,6 +135,10 @@ def load_hub_kernel(repo_id: str, version: int, trust_remote_code: bool):
     from huggingface_hub import HfApi, constants
     from kernels import get_kernel
 
+    try:
+        validate_repo_id(repo_id, option="repo_id")
+    except UsageError as error:
+        raise ValueError(str(error)) from None
     endpoint = constants.ENDPOINT
     try:
         return get_kernel(repo_id, version=version, trust_remote_code=trust_remote_code)
@@ -187,13 +205,13 @@ def kernelize_geglu_mlps(
             mark as trusted (as ``get_kernel`` takes it).
 
     Raises KernelLoadError, in one line, when the kernel cannot be fetched: the Hub cannot be reached or
-    has no such repository, or ``local_path`` has no variant for this torch.
+    has no such repository, or ``local_path`` has no variant for this torch; ValueError for a ``repo_id``
+    that is not ``<namespace>/<name>``.
     """
     from kernels import (
         LayerRepository,
         LocalLayerRepository,
         Mode,
-        get_local_kernel,
         kernelize,
         replace_kernel_forward_from_hub,
         use_kernel_mapping,
@@ -201,13 +219,7 @@ def kernelize_geglu_mlps(
 
     if local_path is not None:
         local_path = Path(local_path)
-        try:
-            kernel = get_local_kernel(local_path)
-        except FileNotFoundError as cause:  # kernels' message lists every variant it tried, over many lines
-            raise KernelLoadError(
-                f"no build variant for this torch in {local_path} ({one_line(cause)}): build one with "
-                f"`python -m geglu_triton build --out {local_path}`"
-            ) from None
+        kernel = load_local_kernel(local_path)
         repository = LocalLayerRepository(repo_path=local_path, layer_name=LAYER_NAME)
     else:
         kernel = load_hub_kernel(repo_id, version, trust_remote_code)

@@ -158,6 +158,32 @@ def test_a_build_directory_that_cannot_be_created_is_one_line(capsys):
     assert code == 1 and line.startswith(f"geglu-triton build: error: cannot write the build into {out}: ")
 
 
+def test_an_empty_directory_path_is_a_usage_error(capsys, tmp_path, monkeypatch):
+    """Path('') is the current directory: a command given --out '' filled it with variants or repositories."""
+    monkeypatch.chdir(tmp_path)
+    for argv in (["build", "--out", ""], ["bench", "--out", ""], ["profile", "--out", ""],
+                 ["hub", "serve", "--data", ""], ["demo", "--build", ""]):
+        code, line = run_cli(capsys, *argv)
+        assert code == 2 and f"argument {argv[-2]}: an empty path" in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, a directory nothing can be created in")
+def test_a_hub_data_directory_that_cannot_be_created_is_one_line(capsys):
+    code, line = run_cli(capsys, "hub", "serve", "--data", "/proc/fused-geglu-hub", "--port", "0")
+    assert code == 1 and line.startswith(
+        "geglu-triton hub: error: local Hub: cannot keep repositories in '/proc/fused-geglu-hub': "
+    ), line
+
+
+def test_a_kernel_dir_without_a_variant_is_a_usage_error(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "not-a-build").mkdir()
+    code, line = run_cli(capsys, "bench", "--kernel-dir", str(tmp_path / "not-a-build"))
+    assert code == 2 and line.startswith("geglu-triton bench: error: --kernel-dir: no build variant for this torch in ")
+    assert "unexpected" not in line and ":)" not in line and line.endswith("`"), line
+
+
 def test_validators_accept_what_the_hub_accepts():
     assert validate_repo_id("kernels-community/activation") == "kernels-community/activation"
     assert validate_endpoint("http://127.0.0.1:8080/") == "http://127.0.0.1:8080"

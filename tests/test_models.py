@@ -143,3 +143,10 @@ def test_a_build_without_this_torchs_variant_is_named_in_one_line(tmp_path):
     assert message.startswith(f"no build variant for this torch in {tmp_path / 'missing'} (")
     assert message.endswith(f"build one with `python -m geglu_triton build --out {tmp_path / 'missing'}`")
     assert "\n" not in message
+
+
+def test_a_repo_id_without_a_namespace_is_a_value_error_before_any_request(monkeypatch):
+    """Fetched, 'fused-geglu' was read as an organization: "organization 'fused-geglu' not found"."""
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: a request would fail otherwise
+    with pytest.raises(ValueError, match=r"^repo_id 'fused-geglu' is not a kernel repository id: expected <namespace>/<name>"):
+        kernelize_geglu_mlps(torch.nn.Linear(2, 2), repo_id="fused-geglu", version=1)

@@ -136,7 +136,7 @@ class LoadedKernel:
 
 def load_kernel(kernel_dir: Path | None) -> LoadedKernel:
     """The built kernel from ``kernel_dir``, or built from this checkout into a temporary directory."""
-    from kernels import get_local_kernel
+    from geglu_triton.models import KernelLoadError, load_local_kernel
 
     temporary = kernel_dir is None
     if temporary:
@@ -150,4 +150,8 @@ def load_kernel(kernel_dir: Path | None) -> LoadedKernel:
         raise UsageError(
             f"--kernel-dir {kernel_dir} is not a directory (build one with `python -m geglu_triton build`)"
         )
-    return LoadedKernel(module=get_local_kernel(kernel_dir), build_dir=kernel_dir, temporary=temporary)
+    try:
+        module = load_local_kernel(kernel_dir)
+    except KernelLoadError as error:
+        raise UsageError(f"--kernel-dir: {error}") from None
+    return LoadedKernel(module=module, build_dir=kernel_dir, temporary=temporary)

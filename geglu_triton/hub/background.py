@@ -68,9 +68,12 @@ class LocalHub:
         return f"http://{host}:{self.port}"
 
     def __enter__(self) -> LocalHub:
-        self.app = app = create_app(
-            self.data_dir, trusted_orgs=self.trusted_orgs, token=self._token, limits=self._limits
-        )
+        try:
+            self.app = app = create_app(
+                self.data_dir, trusted_orgs=self.trusted_orgs, token=self._token, limits=self._limits
+            )
+        except OSError as error:  # cannot be created or written
+            raise OSError(f"local Hub: cannot keep repositories in {str(self.data_dir)!r}: {error}") from error
         # Bind here rather than in uvicorn, so that the port (also a chosen-by-the-OS one) is known
         # and taken before the thread starts.
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
