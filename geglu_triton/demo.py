@@ -108,6 +108,16 @@ def run(args: argparse.Namespace) -> int:
             return _publish_load_and_compare(args, args.build, hub.endpoint, token)
 
 
+def _kernel_path(kernel, device) -> str:
+    """What runs a kernelized MLP on ``device``: compiled Triton kernels, the interpreted ones, or PyTorch."""
+    if device.type != "cpu":
+        return f"the Triton kernels, compiled for {device.type}"
+    launcher = getattr(kernel, "triton_launcher", None)  # absent where triton is not installed
+    if launcher is not None and launcher.RUNS_INTERPRETED:
+        return "the Triton kernels under Triton's interpreter (TRITON_INTERPRET)"
+    return "the PyTorch fallback: set TRITON_INTERPRET=1 to run the Triton kernels on the CPU"
+
+
 def _publish_load_and_compare(args, build_dir: Path, endpoint: str, token: str) -> int:
     import torch
     from huggingface_hub import HfApi
@@ -133,6 +143,7 @@ def _publish_load_and_compare(args, build_dir: Path, endpoint: str, token: str) 
         f"  hidden {config.hidden_size}, intermediate {config.intermediate_size}, "
         f"{config.num_hidden_layers} layers, activation {config.hidden_activation}"
     )
+    print(f"  the kernel's MLPs will run {_kernel_path(kernel, device)}")
 
     _step(6, "kernelizing a copy with GeGLUMLP from the Hub")
     kernelized = copy.deepcopy(original)

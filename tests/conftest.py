@@ -1,5 +1,6 @@
 """Shared test set-up.
 
+Without a GPU, TRITON_INTERPRET=1 is set here unless the environment sets it.
 The Hub endpoint is fixed here, at import, because huggingface_hub (and so
 kernels) reads HF_ENDPOINT once, when it is first imported. The local Hub
 server itself starts only when a test asks for the ``hub`` fixture.
@@ -18,7 +19,14 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
+# Without a GPU the tests run the Triton kernels under Triton's interpreter, as scripts/test.sh does:
+# otherwise CPU tensors take the PyTorch fallback, and the kernel tests would test that instead. Set
+# before any test module imports triton, which reads it when it decorates a kernel; an explicit
+# TRITON_INTERPRET is left as it is.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 def _free_loopback_port() -> int:
     with socket.socket() as sock:

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import torch
+
 from geglu_triton import REPO_ROOT
 
 
@@ -21,4 +23,7 @@ def test_demo_end_to_end(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "swapped: model.layers.0.mlp" in result.stdout
+    # Under pytest without a GPU TRITON_INTERPRET=1 is set (conftest), and the demo says what ran.
+    ran = "the Triton kernels, compiled for cuda" if torch.cuda.is_available() else "the Triton kernels under Triton's"
+    assert f"the kernel's MLPs will run {ran}" in result.stdout
     assert "OK: the kernelized model matches the original" in result.stdout

@@ -151,7 +151,9 @@ def test_default_is_tanh(kernel, device):
     gate, up = randn(4, 33, device=device), randn(4, 33, device=device)
     assert torch.equal(kernel.geglu(gate, up), kernel.geglu(gate, up, approximate="tanh"))
     x = torch.cat([gate, up], dim=-1)
-    assert torch.equal(kernel.geglu_concat(x), kernel.geglu(gate, up))
+    # The same strided halves both ways: PyTorch's CPU GELU (the fallback's) rounds a contiguous tensor
+    # and a strided view of the same values differently.
+    assert torch.equal(kernel.geglu_concat(x), kernel.geglu(x[..., :33], x[..., 33:], approximate="tanh"))
 
 
 @pytest.mark.parametrize("shape", [(0,), (0, 16), (4, 0), (2, 0, 3)], ids=str)
