@@ -5,9 +5,8 @@ with the Triton interpreter and no GPU, in a directory that holds ``build/``
 (the Local build section), with ``HF_ENDPOINT`` set to a local Hub of their
 own to which the kernel is published as ``org/fused-geglu``. That Hub does not
 trust ``org``, so the blocks load only because they pass
-``trust_remote_code=True``, as README tells users to. The one name README
-says the reader supplies, ``model_path``, is a tiny random Gemma3 saved with
-``save_pretrained``.
+``trust_remote_code=True``, as README tells users to. ``model_path`` is the
+tiny random Gemma3 that a block saves in the working directory.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ import pytest
 from geglu_triton import REPO_ROOT
 from geglu_triton.publish import publish
 from child_process import child_env
-from tiny_models import tiny_model
 
 README = REPO_ROOT / "README.md"
 README_REPO = "org/fused-geglu"
@@ -35,8 +33,8 @@ _PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 # Runs the blocks as one script would, then reports what they left behind.
 _RUNNER = """
 import json, sys
-blocks, model_path = json.loads(open(sys.argv[1]).read()), sys.argv[2]
-namespace = {"model_path": model_path}
+blocks = json.loads(open(sys.argv[1]).read())
+namespace = {}
 for number, block in enumerate(blocks, 1):
     exec(compile(block, f"README.md python block {number}", "exec"), namespace)
 from geglu_triton.models import check_geglu_mlps
@@ -70,9 +68,6 @@ def test_readme_python_blocks_run_as_written(readme_hub, build_dir, tmp_path):
 
     (tmp_path / "blocks.json").write_text(json.dumps(blocks))
     (tmp_path / "build").symlink_to(build_dir, target_is_directory=True)
-    model_path = tmp_path / "gemma3"
-    tiny_model("gemma3").save_pretrained(model_path)
-
     env = child_env(
         HF_ENDPOINT=readme_hub.endpoint,
         HF_HOME=str(tmp_path / "hf-home"),
@@ -80,7 +75,7 @@ def test_readme_python_blocks_run_as_written(readme_hub, build_dir, tmp_path):
         TRITON_INTERPRET="1",
     )
     result = subprocess.run(
-        [sys.executable, "-c", _RUNNER, str(tmp_path / "blocks.json"), str(model_path)],
+        [sys.executable, "-c", _RUNNER, str(tmp_path / "blocks.json")],
         cwd=tmp_path,
         env=env,
         capture_output=True,
