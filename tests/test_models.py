@@ -68,12 +68,18 @@ def test_kernelized_model_matches_the_original(published, family, activation, tr
 
 
 def test_a_model_with_another_activation_stays_correct(published):
-    """The helper does not register a SiLU MLP class; where the class was registered
-    anyway (earlier tests register Gemma3MLP process-wide), GeGLUMLP runs it unfused."""
+    """The helper does not register a SiLU MLP class; where the class is registered anyway (as
+    transformers' or another caller's registration may leave it, process-wide), GeGLUMLP's forward
+    runs it, unfused: the logits stay eager's."""
+    from kernels import replace_kernel_forward_from_hub
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3MLP
+
     original = tiny_model("gemma3", "silu")
     kernelized = copy.deepcopy(original)
+    replace_kernel_forward_from_hub(Gemma3MLP, "GeGLUMLP")
     report = kernelize_geglu_mlps(kernelized, repo_id=published, version=1)
     assert report.classes == []
+    assert report.swapped_modules == ["model.layers.0.mlp", "model.layers.1.mlp"]
     input_ids = torch.randint(0, 128, (1, 8))
     with torch.no_grad():
         assert torch.equal(kernelized(input_ids).logits, original(input_ids).logits)
@@ -84,7 +90,8 @@ def test_kernelize_with_torch_compile_mode(published):
 
     original = tiny_model("gemma3", "gelu_pytorch_tanh").eval()
     kernelized = copy.deepcopy(original)
-    kernelize_geglu_mlps(kernelized, repo_id=published, version=1, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+    report = kernelize_geglu_mlps(kernelized, repo_id=published, version=1, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+    assert report.swapped_modules == ["model.layers.0.mlp", "model.layers.1.mlp"]  # not kernelize's fallback
     input_ids = torch.randint(0, 128, (1, 8))
     with torch.no_grad():
         assert rel_error(kernelized(input_ids).logits, original(input_ids).logits) <= LOGITS_REL_TOL

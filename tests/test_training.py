@@ -395,6 +395,9 @@ def test_kernelize_training_gemma3_mlp_gradients(build_dir, kernel, device, mode
     repo = LocalLayerRepository(repo_path=build_dir, layer_name="GeGLUMLP")
     with use_kernel_mapping({"GeGLUMLP": {"cpu": repo, "cuda": repo}}, inherit_mapping=False):
         kernelize(model, mode=mode, device=device)
+    # kernelize falls back to the original forward where the layer does not declare the mode's needs
+    # (has_backward, can_torch_compile): the gradients would then be eager's by construction.
+    assert all(m.forward.__func__ is kernel.layers.GeGLUMLP.forward for m in model)
     if mode_name == "TRAINING_COMPILE":
         model = compile_fullgraph(model, device)
     x = randn(2, 3, 32, device=device)
