@@ -403,6 +403,19 @@ def test_inputs_a_backward_overwrites_are_checked_as_given(kernel, monkeypatch):
     assert liger["within_tolerance"], liger["rel_errors"]
 
 
+def test_a_wrong_implementation_is_flagged(kernel, monkeypatch):
+    """The accuracy check can fail: a GeGLU with gate and up swapped is measured, and out of tolerance."""
+    monkeypatch.setattr(
+        implementations, "_liger_gelu_mul", lambda: lambda gate, up: torch.nn.functional.gelu(up, approximate="tanh") * gate
+    )
+    cell = workloads.ActivationBench(_cpu_context(kernel), 5, 33, torch.float32, "tanh", backward=False)
+    cell.implementations = (implementations.LIGER, implementations.OURS)
+    results = workloads.measure_cell(cell)["results"]
+    assert results[implementations.OURS]["within_tolerance"]
+    wrong = results[implementations.LIGER]
+    assert wrong["status"] == "ok" and not wrong["within_tolerance"] and wrong["rel_errors"]["out"] > 0.1
+
+
 def test_implementations_are_timed_in_alternating_rounds():
     timer = Timer(torch.device("cpu"), warmup_ms=0.01, rep_ms=0.01)
     order = []
@@ -428,6 +441,7 @@ def test_each_batch_waits_behind_a_spin_covering_its_host_time(monkeypatch):
     assert spins == [int(timing.HOST_LEAD_MARGIN * 10 * 50e-6 * 2e9)]
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="kernel times need a GPU")
 def test_kernel_time_leaves_out_the_waits_for_the_host():
     """A call that reads a value on the host and then sleeps there: its kernels' time, not the host's pace."""

@@ -278,14 +278,14 @@ def _tensors_to_key():
     return tensors
 
 
-@pytest.mark.parametrize("backend_name", BACKENDS)
-def test_tensor_keys_separate_every_case_triton_separates(launcher_module, backend_name):
+def test_tensor_keys_separate_every_case_triton_separates(launcher_module):
     """Two tensors with one ``tensor_key`` get one key from Triton's own specialization, for any parameter flags.
 
     On CUDA (native tensor specialization) the key is read from dtypes and addresses; this fails if the
-    installed Triton's native specialization starts reading anything else of a tensor.
+    installed Triton's native specialization starts reading anything else of a tensor. (ROCm has none:
+    there ``tensor_key`` is Triton's own key, and the next test checks that it takes that path.)
     """
-    backend = make_backend(BACKENDS[backend_name])
+    backend = make_backend(BACKENDS["cuda"])
     tensors = _tensors_to_key()
     for flags in [(False, True, True), (True, True, True), (False, True, False), (False, False, True)]:
         keys = {}
@@ -293,7 +293,20 @@ def test_tensor_keys_separate_every_case_triton_separates(launcher_module, backe
             ours = launcher_module.tensor_key(backend, (tensor,), [tensor.data_ptr()], (flags,))
             keys.setdefault(ours, set()).add(launcher_module.specialization_key(backend, (tensor,), (flags,)))
         assert all(len(tritons) == 1 for tritons in keys.values()), (flags, keys)
-    assert backend.supports_native_tensor_specialization == (backend_name == "cuda")
+    assert backend.supports_native_tensor_specialization
+
+
+def test_rocm_tensor_keys_are_tritons_own(launcher_module, monkeypatch):
+    """Without native tensor specialization (ROCm) every tensor is keyed by Triton's specialization, which
+    keeps the 2 GiB bit that the CUDA shortcut would drop."""
+    backend = make_backend(BACKENDS["rocm"])
+    assert not backend.supports_native_tensor_specialization
+    asked = []
+    monkeypatch.setattr(launcher_module, "specialization_key", lambda *args: asked.append(args) or ("triton's key",))
+    tensor = torch.empty(2**31 + 64, dtype=torch.bfloat16, device="meta")
+    flags = ((False, True, True),)
+    assert launcher_module.tensor_key(backend, (tensor,), [0], flags) == ("triton's key",)
+    assert asked == [(backend, (tensor,), flags)]
 
 
 # --- the version and backend gate ---------------------------------------------------------------------

@@ -90,6 +90,11 @@ def _rank_main(rank: int, port: int, build_dir: str, bias: bool) -> None:
         for name in ("gate_proj", "up_proj"):
             assert _rel(getattr(local, name).weight.grad, getattr(full, name).weight.grad[cols]) <= REL_TOL, name
         assert _rel(local.down_proj.weight.grad, full.down_proj.weight.grad[:, cols]) <= REL_TOL
+        if bias:
+            for name in ("gate_proj", "up_proj"):
+                assert _rel(getattr(local, name).bias.grad, getattr(full, name).bias.grad[cols]) <= REL_TOL, name
+            # Every rank's down_proj bias sees the full output gradient; rank 0's is the one added.
+            assert _rel(local.down_proj.bias.grad, full.down_proj.bias.grad) <= REL_TOL
     finally:
         dist.destroy_process_group()
 
