@@ -121,8 +121,14 @@ def test_a_wrong_mlp_is_reported_as_differing(results):
 
 
 def test_runs_merge_into_one_table(results):
+    """A later run's measured size replaces the earlier run's, in the earlier run's order."""
     again = json.loads(json.dumps(results))
-    assert model_report.merged([results, again])["models"] == results["models"]
+    for record in again["models"]:
+        record["run"] = "later"
+    merged = model_report.merged([results, again])["models"]
+    assert [r["size"] for r in merged] == [r["size"] for r in results["models"]]
+    assert any("config" in r for r in merged)
+    assert all(r.get("run") == "later" for r in merged if "config" in r)
     again["plan"]["new_tokens"] += 1
     with pytest.raises(ValueError, match="new_tokens"):
         model_report.merged([results, again])
