@@ -420,13 +420,14 @@ def test_implementations_are_timed_in_alternating_rounds():
     timer = Timer(torch.device("cpu"), warmup_ms=0.01, rep_ms=0.01)
     order = []
     timings = timer.timings_interleaved(
-        {name: ((lambda name=name: order.append(name)), None) for name in "ab"}, rounds=3
+        {name: ((lambda name=name: order.append(name)), None) for name in "abc"}, rounds=3
     )
-    assert set(timings) == {"a", "b"}
+    assert set(timings) == {"a", "b", "c"}
     assert all(t.median_s >= 0 and t.host_s_per_rep > 0 for t in timings.values())
-    # Warm-up of a, then of b, then three rounds in which each takes its turn.
+    # Warm-up of a, b and c, then three rounds in which each takes its turn, each round starting one
+    # implementation later, so that none always goes first or last.
     turns = [name for i, name in enumerate(order) if i == 0 or order[i - 1] != name]
-    assert turns[-6:] == ["a", "b"] * 3
+    assert turns == list("abc") + list("abc") + list("bca") + list("cab")
 
 
 def test_each_batch_waits_behind_a_spin_covering_its_host_time(monkeypatch):

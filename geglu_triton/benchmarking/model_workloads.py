@@ -38,7 +38,15 @@ from . import accuracy, model_grid
 from .implementations import EAGER
 from .model_grid import Gemma3Size, ModelPlan
 from .model_implementations import ModelForwards
-from .timing import Deadline, Timer, capture_graph, garbage_collector_paused, peak_memory_of_call, synchronize
+from .timing import (
+    Deadline,
+    Timer,
+    capture_graph,
+    garbage_collector_paused,
+    peak_memory_of_call,
+    round_order,
+    synchronize,
+)
 from .workloads import failure_text
 
 
@@ -61,14 +69,15 @@ def _median_us(seconds: list[float], per: int = 1) -> float:
 def _in_turns(
     ctx: ModelContext, forwards: ModelForwards, fn: Callable, prepare: Callable, measure, rounds: int = 0
 ) -> dict:
-    """``measure(fn)`` (host, wall or kernel seconds) for each implementation, in rounds taken in turns.
+    """``measure(fn)`` (host, wall or kernel seconds) for each implementation, in rounds taken in turns
+    (``round_order``: each round starts one implementation later).
 
     ``rounds``: ctx.plan.rounds unless given.
     """
     samples: dict[str, list[float]] = {name: [] for name in forwards.available}
     with garbage_collector_paused():
-        for _ in range(rounds or ctx.plan.rounds):
-            for name in forwards.available:
+        for round_index in range(rounds or ctx.plan.rounds):
+            for name in round_order(list(forwards.available), round_index):
                 forwards.use(name)
                 prepare()
                 samples[name].append(measure(fn))
@@ -348,12 +357,9 @@ def decode_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Cal
             generate_wall = _in_turns(
                 ctx, forwards, lambda: _generate(model, prompt, plan.new_tokens), refresh, ctx.timer.wall_s
             )
-            loop_wall: dict[str, list[float]] = {name: [] for name in forwards.available}
-            for _ in range(plan.rounds):
-                for name in forwards.available:
-                    forwards.use(name)
-                    refresh()
-                    loop_wall[name].append(static_decode(model, prompt, plan.new_tokens, device)[1])
+            loop_wall = _in_turns(  # static_decode times its own loop: measure returns that
+                ctx, forwards, lambda: static_decode(model, prompt, plan.new_tokens, device)[1], refresh, lambda fn: fn()
+            )
             step_s = _decode_step_device_s(ctx, model, forwards, prompt)
             layers = len(forwards.mlps)
             for name in forwards.available:

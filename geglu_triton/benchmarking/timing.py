@@ -123,6 +123,15 @@ class Timing:
     host_s_per_rep: float
 
 
+def round_order(names: list, round_index: int) -> list:
+    """The order of round ``round_index`` of implementations timed in turns: each round starts one later than
+    the last, so that none always runs first (after the idle time between cells) or always last in a round
+    (where a GPU under long GEMMs has clocked down most; v29: a 27B cell whose CUDA-graph replay put ours
+    behind eager while its wall time put it ahead, ours always second of four)."""
+    start = round_index % len(names) if names else 0
+    return names[start:] + names[:start]
+
+
 class Timer:
     """Median seconds of a callable on one device (see the module docstring for the method)."""
 
@@ -281,7 +290,7 @@ class Timer:
         Implementations timed one after another see the device drift between
         them (clocks and power under minutes of GEMMs): in rounds, each of
         them samples the whole span, so their ratios do not inherit the drift.
-        Python's garbage collector is off meanwhile, as ``timeit`` turns it
+        The order turns each round (``round_order``). Python's garbage collector is off meanwhile, as ``timeit`` turns it
         off: a collection over a cell's thousands of input tensors would
         stall the host in the middle of a repetition and, where a call's
         host time is not hidden behind the GPU's, be charged to it.
@@ -289,8 +298,9 @@ class Timer:
         with garbage_collector_paused():
             plans = {name: self._repetitions(fn, prepare) for name, (fn, prepare) in calls.items()}
             samples: dict = {name: [] for name in calls}
-            for _ in range(rounds):
-                for name, (fn, prepare) in calls.items():
+            for round_index in range(rounds):
+                for name in round_order(list(calls), round_index):
+                    fn, prepare = calls[name]
                     reps, host_s_per_rep = plans[name]
                     samples[name] += self._timed(fn, prepare, -(-reps // rounds), host_s_per_rep)
         return {name: Timing(statistics.median(samples[name]), plans[name][1]) for name in calls}
