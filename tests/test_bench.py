@@ -405,9 +405,10 @@ def test_inputs_a_backward_overwrites_are_checked_as_given(kernel, monkeypatch):
 
 def test_a_wrong_implementation_is_flagged(kernel, monkeypatch):
     """The accuracy check can fail: a GeGLU with gate and up swapped is measured, and out of tolerance."""
-    monkeypatch.setattr(
-        implementations, "_liger_gelu_mul", lambda: lambda gate, up: torch.nn.functional.gelu(up, approximate="tanh") * gate
-    )
+    def swapped(gate, up):
+        return torch.nn.functional.gelu(up, approximate="tanh") * gate
+
+    monkeypatch.setattr(implementations, "_liger_gelu_mul", lambda: swapped)
     cell = workloads.ActivationBench(_cpu_context(kernel), 5, 33, torch.float32, "tanh", backward=False)
     cell.implementations = (implementations.LIGER, implementations.OURS)
     results = workloads.measure_cell(cell)["results"]

@@ -329,7 +329,9 @@ def _kernel_forward(kernel, module, x):
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("tokens_shape", [(1, 1), (2, 3)], ids=["decode", "6-tokens"])
-def test_the_layer_runs_plain_projections_through_geglu_mlp(kernel, device, fused_launches, down_proj_launches, tokens_shape):
+def test_the_layer_runs_plain_projections_through_geglu_mlp(
+    kernel, device, fused_launches, down_proj_launches, tokens_shape
+):
     """Both GEMMs of the decode path at one token (the fused first half, the plain down projection);
     the fused first half alone at 6."""
     module = _GemmaStyleMLP().to(device=device, dtype=torch.bfloat16)

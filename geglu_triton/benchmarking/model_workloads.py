@@ -357,9 +357,10 @@ def decode_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Cal
             generate_wall = _in_turns(
                 ctx, forwards, lambda: _generate(model, prompt, plan.new_tokens), refresh, ctx.timer.wall_s
             )
-            loop_wall = _in_turns(  # static_decode times its own loop: measure returns that
-                ctx, forwards, lambda: static_decode(model, prompt, plan.new_tokens, device)[1], refresh, lambda fn: fn()
-            )
+            def static_loop_s() -> float:  # static_decode times its own loop
+                return static_decode(model, prompt, plan.new_tokens, device)[1]
+
+            loop_wall = _in_turns(ctx, forwards, static_loop_s, refresh, lambda fn: fn())
             step_s = _decode_step_device_s(ctx, model, forwards, prompt)
             layers = len(forwards.mlps)
             for name in forwards.available:
