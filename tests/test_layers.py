@@ -101,6 +101,27 @@ def test_geglu_mlp_runs_other_activations_unfused(kernel, make_act):
     assert act_calls == [1]
 
 
+def test_gemma3n_mlps_with_activation_sparsity_run_their_own_forward(kernel):
+    """Gemma 3n's MLP takes a Gaussian top-k of the gate before its GELU in its sparse layers: those run the
+    original forward (the top-k included), the dense ones the fused path."""
+    from transformers import Gemma3nTextConfig
+    from transformers.models.gemma3n.modeling_gemma3n import Gemma3nTextMLP
+
+    config = Gemma3nTextConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, activation_sparsity_pattern=[0.95, 0.0],
+        hidden_activation="gelu_pytorch_tanh",
+    )
+    x = randn(3, 32)
+    for layer, expected in ((0, None), (1, "tanh")):
+        torch.manual_seed(layer)
+        module = Gemma3nTextMLP(config, layer)
+        assert kernel.layers.gelu_approximation(module) == expected
+        with torch.no_grad():
+            reference = module(x)
+            ours = _with_kernel_forward(module, kernel.layers.GeGLUMLP)(x)
+        assert rel_error(ours, reference) <= 1e-5, layer
+
+
 @pytest.mark.parametrize("name, expected", [("gelu_pytorch_tanh", "tanh"), ("gelu", "none"), ("gelu_new", "tanh")])
 def test_geglu_mlp_without_act_fn_reads_the_config(kernel, name, expected):
     """Liger's LigerGEGLUMLP naming: no act_fn, the activation named in config.hidden_act."""

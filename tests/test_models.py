@@ -85,6 +85,19 @@ def test_a_model_with_another_activation_stays_correct(published):
         assert torch.equal(kernelized(input_ids).logits, original(input_ids).logits)
 
 
+def test_gemma3n_keeps_its_sparse_layers_exact(published):
+    """Gemma 3n's MLP class is a GeGLU MLP and is kernelized; its sparse layer (a top-k of the gate before
+    the GELU) runs its own forward through the layer, so the logits stay eager's."""
+    original = tiny_model("gemma3n").eval()
+    kernelized = copy.deepcopy(original)
+    report = kernelize_geglu_mlps(kernelized, repo_id=published, version=1)
+    assert report.classes == ["Gemma3nTextMLP"]
+    assert report.swapped_modules == ["model.layers.0.mlp", "model.layers.1.mlp"]
+    input_ids = torch.randint(0, 128, (1, 8))
+    with torch.no_grad():
+        assert rel_error(kernelized(input_ids).logits, original(input_ids).logits) <= LOGITS_REL_TOL
+
+
 def test_kernelize_with_torch_compile_mode(published):
     from kernels import Mode
 

@@ -9,7 +9,10 @@ VOCAB_SIZE = 128
 
 
 def tiny_model(family: str, activation: str = "gelu_pytorch_tanh"):
-    """A two-layer ``<family>ForCausalLM`` (gemma, gemma2, gemma3) with random weights (seed 0)."""
+    """A two-layer ``<family>ForCausalLM`` (gemma, gemma2, gemma3, gemma3n) with random weights (seed 0).
+
+    Gemma 3n's first layer is sparse (a Gaussian top-k of the gate before the GELU), its second dense.
+    """
     import transformers
 
     common = dict(
@@ -28,8 +31,15 @@ def tiny_model(family: str, activation: str = "gelu_pytorch_tanh"):
     elif family == "gemma2":
         config = transformers.Gemma2Config(hidden_activation=activation, sliding_window=16, **common)
         cls = transformers.Gemma2ForCausalLM
-    else:
+    elif family == "gemma3":
         config = transformers.Gemma3TextConfig(hidden_activation=activation, sliding_window=16, **common)
         cls = transformers.Gemma3ForCausalLM
+    else:
+        config = transformers.Gemma3nTextConfig(
+            hidden_activation=activation, sliding_window=16, activation_sparsity_pattern=[0.95, 0.0],
+            layer_types=["sliding_attention", "full_attention"], num_kv_shared_layers=0,
+            vocab_size_per_layer_input=VOCAB_SIZE, hidden_size_per_layer_input=8, laurel_rank=4, **common
+        )
+        cls = transformers.Gemma3nForCausalLM
     torch.manual_seed(0)
     return cls(config)
