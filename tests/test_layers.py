@@ -122,6 +122,27 @@ def test_gemma3n_mlps_with_activation_sparsity_run_their_own_forward(kernel):
         assert rel_error(ours, reference) <= 1e-5, layer
 
 
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_t5gemma_mlps_drop_out_as_their_own_forward_does(kernel, training):
+    """T5Gemma's MLP drops out the GeGLU output: in training that runs its own forward (the same mask for the
+    same seed), in eval the fused path."""
+    from transformers.models.t5gemma.modeling_t5gemma import T5GemmaMLP
+
+    config = types.SimpleNamespace(
+        hidden_size=32, intermediate_size=64, hidden_activation="gelu_pytorch_tanh", dropout_rate=0.5
+    )
+    torch.manual_seed(0)
+    module = T5GemmaMLP(config).train(training)
+    assert kernel.layers.gelu_approximation(module) == (None if training else "tanh")
+    x = randn(3, 32)
+    with torch.no_grad():
+        torch.manual_seed(1)
+        reference = module(x)
+        torch.manual_seed(1)
+        ours = _with_kernel_forward(module, kernel.layers.GeGLUMLP)(x)
+    assert rel_error(ours, reference) <= 1e-5
+
+
 @pytest.mark.parametrize("name, expected", [("gelu_pytorch_tanh", "tanh"), ("gelu", "none"), ("gelu_new", "tanh")])
 def test_geglu_mlp_without_act_fn_reads_the_config(kernel, name, expected):
     """Liger's LigerGEGLUMLP naming: no act_fn, the activation named in config.hidden_act."""

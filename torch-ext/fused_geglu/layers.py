@@ -59,11 +59,15 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
     The module's own ``act_fn`` decides (it is what the original forward
     computes). Modules without one (Liger's naming) are read from their
     config's ``hidden_activation`` or ``hidden_act``; an activation named
-    there that is not a GELU, or none at all, is None too. So is Gemma 3n's
-    MLP in the layers that set ``activation_sparsity``: it keeps only the top
-    of the gate (a Gaussian top-k) before the GELU.
+    there that is not a GELU, or none at all, is None too. So are MLPs whose
+    forward does more than the GeGLU: Gemma 3n's in the layers that set
+    ``activation_sparsity`` (a Gaussian top-k of the gate before the GELU), and
+    T5Gemma's while its ``dropout`` (on the GeGLU output) is active, in training.
+    Both read from the module's dicts: ``nn.Module.__getattr__`` on a missing
+    attribute costs a microsecond per call (see ``_submodule``).
     """
-    if getattr(module, "activation_sparsity", 0.0):
+    dropout = module._modules.get("dropout")
+    if module.__dict__.get("activation_sparsity", 0.0) or (module.training and getattr(dropout, "p", 0.0)):
         return None
     act_fn = _submodule(module, "act_fn")
     if act_fn is not None:
@@ -98,10 +102,10 @@ def is_plain_linear(module: nn.Module) -> bool:
 class GeGLUMLP(nn.Module):
     """``down_proj(gelu(gate_proj(x)) * up_proj(x))`` with the GeGLU fused, and the projections where they can be.
 
-    Replaces the forward of Gemma, Gemma2, Gemma3 and Gemma 3n MLPs (and modules
-    with Liger's ``LigerGEGLUMLP`` naming). The GELU form follows the module's
-    activation; any other activation, and Gemma 3n's sparse layers, run the
-    module's own (class) forward, unfused.
+    Replaces the forward of Gemma, Gemma2, Gemma3, Gemma 3n and T5Gemma MLPs (and
+    modules with Liger's ``LigerGEGLUMLP`` naming). The GELU form follows the
+    module's activation; any other activation, Gemma 3n's sparse layers and
+    T5Gemma's dropout in training run the module's own (class) forward, unfused.
 
     With three plain ``nn.Linear`` projections the whole MLP is ``geglu_mlp``
     on their weights: for inference one fused GEMM for the first half and, at
