@@ -34,9 +34,25 @@ LAYER_NAME = "GeGLUMLP"
 DEVICE_TYPES = ("cuda", "rocm", "xpu", "cpu")
 
 
+#: What a module may hold to be taken for a GeGLU MLP, ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``: the
+#: members of transformers' Gemma-family MLPs (GeGLUMLP handles Gemma 3n's ``activation_sparsity`` and
+#: T5Gemma's ``dropout`` itself). A module with anything more may compute more: FalconH1's multipliers,
+#: Inkling's global scale, BitNet's sub-norm, the clamp limits of DeepSeek V4, GLM-5 and Step 3.7. Such a
+#: module keeps its own forward whatever its activation, rather than silently losing what it adds.
+GEGLU_MLP_SUBMODULES = frozenset({"gate_proj", "up_proj", "down_proj", "act_fn", "dropout"})
+GEGLU_MLP_ATTRIBUTES = frozenset({"config", "hidden_size", "intermediate_size", "activation_sparsity", "training"})
+
+
 def is_geglu_mlp(module: nn.Module) -> bool:
-    """A module shaped like a GeGLU MLP: gate_proj, up_proj and down_proj linear layers."""
-    return all(isinstance(getattr(module, name, None), nn.Linear) for name in ("gate_proj", "up_proj", "down_proj"))
+    """A GeGLU MLP: gate_proj, up_proj and down_proj linear layers, and nothing that a GeGLU MLP does not hold
+    (``GEGLU_MLP_SUBMODULES``, ``GEGLU_MLP_ATTRIBUTES``; no parameters or buffers of its own)."""
+    return (
+        all(isinstance(getattr(module, name, None), nn.Linear) for name in ("gate_proj", "up_proj", "down_proj"))
+        and GEGLU_MLP_SUBMODULES.issuperset(module._modules)
+        and not module._parameters
+        and not module._buffers
+        and GEGLU_MLP_ATTRIBUTES.issuperset(name for name in vars(module) if not name.startswith("_"))
+    )
 
 
 def geglu_mlp_classes(model: nn.Module, gelu_approximation) -> list[type]:

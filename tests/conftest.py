@@ -71,8 +71,13 @@ def kernel(build_dir):
 
 
 @pytest.fixture(scope="session")
-def hub(tmp_path_factory):
-    """A local Hub server on HUB_PORT (the HF_ENDPOINT above), trusting TRUSTED_ORG."""
+def hub(tmp_path_factory, kernel):
+    """A local Hub server on HUB_PORT (the HF_ENDPOINT above), trusting TRUSTED_ORG.
+
+    After ``kernel``: kernels names a build's module after the build's id, so a Hub copy of this build
+    imported first would own the module's name in sys.modules, and the local load would then reuse its
+    submodules without binding them to the package (``kernel.ops`` missing in whichever test came next).
+    """
     from geglu_triton.hub.background import LocalHub
 
     with LocalHub(

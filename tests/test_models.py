@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -96,6 +97,28 @@ def test_gemma3n_keeps_its_sparse_layers_exact(published):
     input_ids = torch.randint(0, 128, (1, 8))
     with torch.no_grad():
         assert rel_error(kernelized(input_ids).logits, original(input_ids).logits) <= LOGITS_REL_TOL
+
+
+def test_only_modules_that_hold_nothing_but_a_geglu_mlp_are_taken_for_one():
+    """Gemma-family MLPs are GeGLU MLPs; a module with a GELU and the three projections that holds more (a
+    multiplier, a scale parameter, a norm) may compute more, and keeps its own forward."""
+    from transformers.models.falcon_h1.modeling_falcon_h1 import FalconH1MLP
+
+    from geglu_triton.models import is_geglu_mlp
+
+    for family in ("gemma", "gemma2", "gemma3", "gemma3n"):
+        assert all(is_geglu_mlp(layer.mlp) for layer in tiny_model(family).model.layers), family
+    falcon = FalconH1MLP(types.SimpleNamespace(
+        hidden_size=32, intermediate_size=64, mlp_bias=False, hidden_act="gelu_pytorch_tanh",
+        mlp_multipliers=(0.5, 2.0),
+    ))
+    assert not is_geglu_mlp(falcon)  # y = down(up(x) * gelu(gate(x) * 0.5)) * 2
+    scaled = tiny_model("gemma3").model.layers[0].mlp
+    scaled.register_parameter("global_scale", torch.nn.Parameter(torch.ones(())))
+    assert not is_geglu_mlp(scaled)
+    normed = tiny_model("gemma3").model.layers[0].mlp
+    normed.ffn_sub_norm = torch.nn.LayerNorm(72)
+    assert not is_geglu_mlp(normed)
 
 
 def test_kernelize_with_torch_compile_mode(published):
