@@ -38,9 +38,12 @@ DEVICE_TYPES = ("cuda", "rocm", "xpu", "cpu")
 #: members of transformers' Gemma-family MLPs (GeGLUMLP handles Gemma 3n's ``activation_sparsity`` and
 #: T5Gemma's ``dropout`` itself). A module with anything more may compute more: FalconH1's multipliers,
 #: Inkling's global scale, BitNet's sub-norm, the clamp limits of DeepSeek V4, GLM-5 and Step 3.7. Such a
-#: module keeps its own forward whatever its activation, rather than silently losing what it adds.
+#: module keeps its own forward whatever its activation, rather than silently losing what it adds. An
+#: instance's ``forward`` is allowed: kernelize binds the layer's there, and accelerate's hooks their own.
 GEGLU_MLP_SUBMODULES = frozenset({"gate_proj", "up_proj", "down_proj", "act_fn", "dropout"})
-GEGLU_MLP_ATTRIBUTES = frozenset({"config", "hidden_size", "intermediate_size", "activation_sparsity", "training"})
+GEGLU_MLP_ATTRIBUTES = frozenset(
+    {"config", "hidden_size", "intermediate_size", "activation_sparsity", "training", "forward"}
+)
 
 
 def is_geglu_mlp(module: nn.Module) -> bool:

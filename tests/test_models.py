@@ -108,6 +108,9 @@ def test_only_modules_that_hold_nothing_but_a_geglu_mlp_are_taken_for_one():
 
     for family in ("gemma", "gemma2", "gemma3", "gemma3n"):
         assert all(is_geglu_mlp(layer.mlp) for layer in tiny_model(family).model.layers), family
+    kernelized = tiny_model("gemma3").model.layers[0].mlp
+    kernelized.forward = types.MethodType(lambda self, x: x, kernelized)  # as kernelize (and accelerate) bind one
+    assert is_geglu_mlp(kernelized)
     falcon = FalconH1MLP(types.SimpleNamespace(
         hidden_size=32, intermediate_size=64, mlp_bias=False, hidden_act="gelu_pytorch_tanh",
         mlp_multipliers=(0.5, 2.0),
@@ -119,6 +122,15 @@ def test_only_modules_that_hold_nothing_but_a_geglu_mlp_are_taken_for_one():
     normed = tiny_model("gemma3").model.layers[0].mlp
     normed.ffn_sub_norm = torch.nn.LayerNorm(72)
     assert not is_geglu_mlp(normed)
+
+
+def test_kernelizing_again_finds_the_same_classes(published):
+    """After model.train() transformers' users kernelize again: the swapped modules are still GeGLU MLPs."""
+    model = tiny_model("gemma3").eval()
+    first = kernelize_geglu_mlps(model, repo_id=published, version=1)
+    again = kernelize_geglu_mlps(model.train(), repo_id=published, version=1)
+    assert again.classes == first.classes == ["Gemma3MLP"]
+    assert again.swapped_modules == first.swapped_modules == ["model.layers.0.mlp", "model.layers.1.mlp"]
 
 
 def test_kernelize_with_torch_compile_mode(published):
