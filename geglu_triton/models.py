@@ -58,19 +58,21 @@ def is_geglu_mlp(module: nn.Module) -> bool:
     )
 
 
-def geglu_mlp_classes(model: nn.Module, gelu_approximation) -> list[type]:
+def geglu_mlp_classes(model: nn.Module, activation_gelu_form) -> list[type]:
     """Classes of the model's GeGLU MLPs whose activation the fused layer computes.
 
-    ``gelu_approximation`` is the kernel's ``layers.gelu_approximation``, the
-    one place that knows which activations are GELUs; MLPs with any other
-    activation (SiLU for Llama, say) are left alone.
+    ``activation_gelu_form`` is the kernel's ``layers.activation_gelu_form``,
+    the one place that knows which activations are GELUs; MLPs with any other
+    activation (SiLU for Llama, say) are left alone. It reads the activation
+    alone, whatever the module's mode: what a module adds at some moment (a
+    dropout in training) is the layer's to check on each call.
     """
     classes: list[type] = []
     for module in model.modules():
         if type(module) in classes or not is_geglu_mlp(module):
             continue
         try:
-            approximate = gelu_approximation(module)
+            approximate = activation_gelu_form(module)
         except ValueError:
             approximate = None
         if approximate is not None:
@@ -246,7 +248,7 @@ def kernelize_geglu_mlps(
             repo_id=repo_id, layer_name=LAYER_NAME, version=version, trust_remote_code=trust_remote_code
         )
 
-    classes = geglu_mlp_classes(model, kernel.layers.gelu_approximation)
+    classes = geglu_mlp_classes(model, kernel.layers.activation_gelu_form)
     for cls in classes:
         replace_kernel_forward_from_hub(cls, LAYER_NAME)
 

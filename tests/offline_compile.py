@@ -35,7 +35,6 @@ import collections
 import itertools
 import json
 import multiprocessing
-import os
 import re
 import subprocess
 import sys
@@ -227,8 +226,8 @@ def main() -> None:
     parser.add_argument("--every-combination", action="store_true")
     parser.add_argument("--processes", type=int, default=2)
     args = parser.parse_args()
-    assert os.environ.get("TRITON_INTERPRET") != "1", "the interpreter compiles nothing: run without TRITON_INTERPRET"
     _load(args.build_dir)
+    assert not _kernel.triton_launcher.RUNS_INTERPRETED, "the interpreter compiles nothing: run without TRITON_INTERPRET"
     targets = []
     for target in TARGETS:
         why_not = cannot_compile_for(target)

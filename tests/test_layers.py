@@ -72,6 +72,23 @@ def test_geglu_mlp_follows_the_module_activation(kernel, make_act, expected, bia
         assert rel_error(ours, theirs) <= 1e-5
 
 
+@pytest.mark.parametrize("projection", ["gate_proj", "up_proj", "down_proj"])
+def test_a_projection_with_a_forward_of_its_own_is_called(kernel, projection):
+    """accelerate's offloading binds a forward on the instance (its weight on the meta device until the hook
+    brings it): such a projection is called, not read."""
+    module = GeGLUMLPModule(nn.GELU(approximate="tanh"))
+    linear = getattr(module, projection)
+    weight = linear.weight.detach().clone()
+    with torch.no_grad():
+        linear.weight.zero_()  # what reading it directly would see; the bound forward holds the real one
+    linear.forward = types.MethodType(lambda self, x: nn.functional.linear(x, weight, self.bias), linear)
+    x = randn(3, 16)
+    with torch.no_grad():
+        reference = module(x)
+        out = _with_kernel_forward(module, kernel.layers.GeGLUMLP)(x)
+    assert rel_error(out, reference) <= 1e-5
+
+
 @pytest.mark.parametrize("hook", ["forward", "backward"])
 @pytest.mark.parametrize("projection", ["gate_proj", "up_proj", "down_proj"])
 def test_hooks_on_a_projection_run_as_in_the_original_forward(kernel, projection, hook):
@@ -122,18 +139,24 @@ def test_gemma3n_mlps_with_activation_sparsity_run_their_own_forward(kernel):
         assert rel_error(ours, reference) <= 1e-5, layer
 
 
-@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
-def test_t5gemma_mlps_drop_out_as_their_own_forward_does(kernel, training):
-    """T5Gemma's MLP drops out the GeGLU output: in training that runs its own forward (the same mask for the
-    same seed), in eval the fused path."""
+@pytest.mark.parametrize(
+    "mlp_training, dropout_training", [(False, False), (True, True), (False, True), (True, False)],
+    ids=["eval", "train", "mc-dropout", "dropout-eval"],
+)
+def test_t5gemma_mlps_drop_out_as_their_own_forward_does(kernel, mlp_training, dropout_training):
+    """T5Gemma's MLP drops out the GeGLU output: where its dropout is in training mode (also under an MLP in
+    eval, as Monte Carlo dropout leaves it) that runs its own forward (the same mask for the same seed),
+    elsewhere the fused path."""
     from transformers.models.t5gemma.modeling_t5gemma import T5GemmaMLP
 
     config = types.SimpleNamespace(
         hidden_size=32, intermediate_size=64, hidden_activation="gelu_pytorch_tanh", dropout_rate=0.5
     )
     torch.manual_seed(0)
-    module = T5GemmaMLP(config).train(training)
-    assert kernel.layers.gelu_approximation(module) == (None if training else "tanh")
+    module = T5GemmaMLP(config).train(mlp_training)
+    module.dropout.train(dropout_training)
+    assert kernel.layers.gelu_approximation(module) == (None if dropout_training else "tanh")
+    assert kernel.layers.activation_gelu_form(module) == "tanh"  # what the toolkit registers the class by
     x = randn(3, 32)
     with torch.no_grad():
         torch.manual_seed(1)

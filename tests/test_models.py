@@ -124,6 +124,21 @@ def test_only_modules_that_hold_nothing_but_a_geglu_mlp_are_taken_for_one():
     assert not is_geglu_mlp(normed)
 
 
+def test_classes_are_found_by_their_activation_whatever_the_mode(kernel):
+    """A T5Gemma MLP in training (its dropout active, so the layer runs its own forward then) is still
+    registered: in eval the same module takes the fused path."""
+    from transformers.models.t5gemma.modeling_t5gemma import T5GemmaMLP
+
+    from geglu_triton.models import geglu_mlp_classes
+
+    config = types.SimpleNamespace(
+        hidden_size=32, intermediate_size=64, hidden_activation="gelu_pytorch_tanh", dropout_rate=0.5
+    )
+    model = torch.nn.Sequential(T5GemmaMLP(config)).train()
+    assert kernel.layers.gelu_approximation(model[0]) is None
+    assert geglu_mlp_classes(model, kernel.layers.activation_gelu_form) == [T5GemmaMLP]
+
+
 def test_kernelizing_again_finds_the_same_classes(published):
     """After model.train() transformers' users kernelize again: the swapped modules are still GeGLU MLPs."""
     model = tiny_model("gemma3").eval()
@@ -200,8 +215,8 @@ def test_a_build_without_this_torchs_variant_is_named_in_one_line(tmp_path):
     assert "\n" not in message
 
 
-def test_a_repo_id_without_a_namespace_is_a_value_error_before_any_request(monkeypatch):
+def test_a_repo_id_without_a_namespace_is_a_value_error_before_any_request():
     """Fetched, 'fused-geglu' was read as an organization: "organization 'fused-geglu' not found"."""
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: a request would fail otherwise
-    with pytest.raises(ValueError, match=r"^repo_id 'fused-geglu' is not a kernel repository id: expected <namespace>/<name>"):
+    expected = r"^repo_id 'fused-geglu' is not a kernel repository id: expected <namespace>/<name>"
+    with pytest.raises(ValueError, match=expected):
         kernelize_geglu_mlps(torch.nn.Linear(2, 2), repo_id="fused-geglu", version=1)

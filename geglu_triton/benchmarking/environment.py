@@ -21,7 +21,7 @@ from types import ModuleType
 
 import torch
 
-from ..errors import UsageError
+from ..errors import UsageError, UserError
 
 
 def benchmark_device() -> torch.device:
@@ -152,6 +152,8 @@ def load_kernel(kernel_dir: Path | None) -> LoadedKernel:
         )
     try:
         module = load_local_kernel(kernel_dir)
-    except KernelLoadError as error:
+    except KernelLoadError as error:  # the user's --kernel-dir, or this checkout's own build
+        if temporary:
+            raise UserError(f"this checkout's build: {error}") from None
         raise UsageError(f"--kernel-dir: {error}") from None
     return LoadedKernel(module=module, build_dir=kernel_dir, temporary=temporary)

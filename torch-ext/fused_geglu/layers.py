@@ -54,21 +54,31 @@ def _submodule(module: nn.Module, name: str):
 
 
 def gelu_approximation(module: nn.Module) -> Optional[str]:
+    """The GELU form ("tanh" or "none") in which the fused layer computes this MLP now, or None: its own forward.
+
+    None where the activation is not a GELU (``activation_gelu_form``), and
+    where the module's forward does more than the GeGLU at this moment:
+    Gemma 3n's MLP in the layers that set ``activation_sparsity`` (a Gaussian
+    top-k of the gate before the GELU), and T5Gemma's while its ``dropout``
+    (on the GeGLU output) is in training mode with p > 0. Both are read from
+    the module's dicts, once: ``nn.Module.__getattr__`` on a missing attribute
+    costs a microsecond per call (see ``_submodule``).
+    """
+    state = module.__dict__
+    dropout = state["_modules"].get("dropout")
+    if state.get("activation_sparsity", 0.0) or (dropout is not None and dropout.training and dropout.p):
+        return None
+    return activation_gelu_form(module)
+
+
+def activation_gelu_form(module: nn.Module) -> Optional[str]:
     """The GELU form of a GeGLU MLP's activation ("tanh" or "none"), or None if it is not a GELU.
 
     The module's own ``act_fn`` decides (it is what the original forward
     computes). Modules without one (Liger's naming) are read from their
     config's ``hidden_activation`` or ``hidden_act``; an activation named
-    there that is not a GELU, or none at all, is None too. So are MLPs whose
-    forward does more than the GeGLU: Gemma 3n's in the layers that set
-    ``activation_sparsity`` (a Gaussian top-k of the gate before the GELU), and
-    T5Gemma's while its ``dropout`` (on the GeGLU output) is active, in training.
-    Both read from the module's dicts: ``nn.Module.__getattr__`` on a missing
-    attribute costs a microsecond per call (see ``_submodule``).
+    there that is not a GELU, or none at all, is None too.
     """
-    dropout = module._modules.get("dropout")
-    if module.__dict__.get("activation_sparsity", 0.0) or (module.training and getattr(dropout, "p", 0.0)):
-        return None
     act_fn = _submodule(module, "act_fn")
     if act_fn is not None:
         if isinstance(act_fn, nn.GELU):
@@ -84,13 +94,16 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
 def is_plain_linear(module: nn.Module) -> bool:
     """Whether calling ``module`` computes exactly ``F.linear(x, module.weight, module.bias)``.
 
-    Only then may its weight be read directly: a subclass (quantized, LoRA)
-    or a forward hook (tensor parallelism, offloading) changes what the call
-    computes, a backward hook must see the call's gradients, and a tensor
-    subclass weight (DTensor) is not a plain matrix.
+    Only then may its weight be read directly: a subclass (quantized, LoRA),
+    a forward hook (tensor parallelism) or a forward bound on the instance
+    (accelerate's offloading, whose weight stays on the meta device until its
+    hook brings it) changes what the call computes, a backward hook must see
+    the call's gradients, and a tensor subclass weight (DTensor) is not a
+    plain matrix.
     """
     return (
         type(module) is nn.Linear
+        and "forward" not in module.__dict__
         and not module._forward_hooks
         and not module._forward_pre_hooks
         and not module._backward_hooks

@@ -7,6 +7,10 @@ here), builds the model with that class wherever ``Gemma3MLP`` stood, and
 ``kernelize`` then replaces its ``forward`` with ``GeGLUMLP.forward``. No
 registration by the user is needed.
 
+Gemma 3n's and T5Gemma's MLPs hold more (a per-layer intermediate size and
+``activation_sparsity``, a ``dropout``) and are not built by this layout; the
+layer runs them where they keep their own class (registration, kernelize).
+
 The layout holds exactly what a Gemma, Gemma2 or Gemma3 MLP holds, under the
 same names (so the checkpoint's ``gate_proj``/``up_proj``/``down_proj``
 weights load, and ``GeGLUMLP`` finds ``act_fn``). Its own ``forward`` is the
