@@ -46,11 +46,17 @@ GEGLU_MLP_ATTRIBUTES = frozenset(
 )
 
 
+def _is_linear(module) -> bool:
+    """An ``nn.Linear``, or one wrapped as PEFT's LoRA layers wrap it (``base_layer``): GeGLUMLP calls those."""
+    return isinstance(getattr(module, "base_layer", module), nn.Linear)
+
+
 def is_geglu_mlp(module: nn.Module) -> bool:
-    """A GeGLU MLP: gate_proj, up_proj and down_proj linear layers, and nothing that a GeGLU MLP does not hold
-    (``GEGLU_MLP_SUBMODULES``, ``GEGLU_MLP_ATTRIBUTES``; no parameters or buffers of its own)."""
+    """A GeGLU MLP: gate_proj, up_proj and down_proj linear layers (LoRA-wrapped ones too), and nothing that a
+    GeGLU MLP does not hold (``GEGLU_MLP_SUBMODULES``, ``GEGLU_MLP_ATTRIBUTES``; no parameters or buffers of
+    its own)."""
     return (
-        all(isinstance(getattr(module, name, None), nn.Linear) for name in ("gate_proj", "up_proj", "down_proj"))
+        all(_is_linear(getattr(module, name, None)) for name in ("gate_proj", "up_proj", "down_proj"))
         and GEGLU_MLP_SUBMODULES.issuperset(module._modules)
         and not module._parameters
         and not module._buffers

@@ -99,6 +99,33 @@ def test_gemma3n_keeps_its_sparse_layers_exact(published):
         assert rel_error(kernelized(input_ids).logits, original(input_ids).logits) <= LOGITS_REL_TOL
 
 
+class _LoraLinear(torch.nn.Module):
+    """PEFT's LoRA layer as it wraps an nn.Linear: base_layer plus a low-rank update (not an nn.Linear itself)."""
+
+    def __init__(self, base_layer: torch.nn.Linear, rank: int = 2):
+        super().__init__()
+        self.base_layer = base_layer
+        self.lora_A = torch.nn.Linear(base_layer.in_features, rank, bias=False)
+        self.lora_B = torch.nn.Linear(rank, base_layer.out_features, bias=False)
+
+    def forward(self, x):
+        return self.base_layer(x) + self.lora_B(self.lora_A(x))
+
+
+def test_a_lora_model_is_kernelized_and_keeps_its_adapters(published):
+    """LoRA-wrapped projections are found, and GeGLUMLP calls them (the GeGLU fused, the adapters applied)."""
+    original = tiny_model("gemma3").eval()
+    for layer in original.model.layers:
+        layer.mlp.up_proj = _LoraLinear(layer.mlp.up_proj)
+        torch.nn.init.normal_(layer.mlp.up_proj.lora_B.weight)
+    kernelized = copy.deepcopy(original)
+    report = kernelize_geglu_mlps(kernelized, repo_id=published, version=1)
+    assert report.swapped_modules == ["model.layers.0.mlp", "model.layers.1.mlp"]
+    input_ids = torch.randint(0, 128, (1, 8))
+    with torch.no_grad():
+        assert rel_error(kernelized(input_ids).logits, original(input_ids).logits) <= LOGITS_REL_TOL
+
+
 def test_only_modules_that_hold_nothing_but_a_geglu_mlp_are_taken_for_one():
     """Gemma-family MLPs are GeGLU MLPs; a module with a GELU and the three projections that holds more (a
     multiplier, a scale parameter, a norm) may compute more, and keeps its own forward."""
@@ -108,6 +135,9 @@ def test_only_modules_that_hold_nothing_but_a_geglu_mlp_are_taken_for_one():
 
     for family in ("gemma", "gemma2", "gemma3", "gemma3n"):
         assert all(is_geglu_mlp(layer.mlp) for layer in tiny_model(family).model.layers), family
+    lora = tiny_model("gemma3").model.layers[0].mlp
+    lora.gate_proj = _LoraLinear(lora.gate_proj)
+    assert is_geglu_mlp(lora)
     kernelized = tiny_model("gemma3").model.layers[0].mlp
     kernelized.forward = types.MethodType(lambda self, x: x, kernelized)  # as kernelize (and accelerate) bind one
     assert is_geglu_mlp(kernelized)
