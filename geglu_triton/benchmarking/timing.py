@@ -291,9 +291,10 @@ class Timer:
         them (clocks and power under minutes of GEMMs): in rounds, each of
         them samples the whole span, so their ratios do not inherit the drift,
         and the order turns each round (``round_order``). Python's garbage
-        collector is off meanwhile, as ``timeit`` turns it off: a collection over a cell's thousands of input tensors would
-        stall the host in the middle of a repetition and, where a call's
-        host time is not hidden behind the GPU's, be charged to it.
+        collector is off meanwhile, as ``timeit`` turns it off: a collection
+        over a cell's thousands of input tensors would stall the host in the
+        middle of a repetition and, where a call's host time is not hidden
+        behind the GPU's, be charged to it.
         """
         with garbage_collector_paused():
             plans = {name: self._repetitions(fn, prepare) for name, (fn, prepare) in calls.items()}

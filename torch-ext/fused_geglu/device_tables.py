@@ -124,8 +124,8 @@ DECODE_5_STAGES = GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=5)
 #: (0.95x; benchmarks/results/2026-12-05-h100-v24/decode_sweep_read_flush.json, flushed by reading,
 #: as decode leaves it); side by side with the 5-stage table on the H100 (read_floor_*.json there,
 #: two runs, both flushes), Gemma2 2B 0.89-0.93x, Gemma3 4B 0.94-0.97x and Gemma3 1B 0.97-1.01x, whose
-#: grid fits one wave either way; on the H200 (2026-12-06-h200-v25/read_floor_read_flush*.json) Gemma2 2B 0.87-0.94x,
-#: Gemma3 4B 0.88-0.97x, Gemma3 1B 1.00-1.08x: the weakest cells at one token, where x's tile rows were
+#: grid fits one wave either way; on the H200 (2026-12-06-h200-v25/read_floor_read_flush*.json)
+#: Gemma2 2B 0.87-0.94x, Gemma3 4B 0.88-0.97x, Gemma3 1B 1.00-1.08x: the weakest cells at one token, where x's tile rows were
 #: then clamped onto one line (docs/PERFORMANCE.md, v26).
 DECODE_3_STAGES = GemmConfig(16, 64, 128, group_m=1, num_warps=4, num_stages=3)
 #: 48-72 KB, 79.9 us at 17-64 tokens: the best there, and it fits every class.

@@ -27,8 +27,9 @@ feeds the products to the tensor cores through ``tl.dot`` (bf16/fp16
 operands, fp32 accumulation; on Hopper, wgmma where the tile allows).
 ``num_stages`` is how many K steps Triton's pipeliner keeps in flight.
 Columns past the end of W are clamped onto valid rows of W, so its loads
-need no row mask (only the K tail's); rows past the end of x are masked (a clamped row would repeat
-a valid row's request); the final store drops those results.
+need no row mask (only the K tail's); rows past the end of x are masked (a
+clamped row would repeat a valid row's request); the final store drops
+those results.
 
 The launch tables (``device_tables``, one per shared-memory class of
 device) have these token classes:
@@ -37,11 +38,10 @@ device) have these token classes:
   meets at most a few tokens, so the kernel streams weights and is
   memory-bound. BLOCK_M is the smallest tile ``tl.dot`` takes (16) and
   BLOCK_N is small, so that the N / BLOCK_N programs cover the SMs and keep
-HBM busy (one program per SM fits with 5 stages; small weights take 3
-stages, and two or three per SM). The
-  down projection has a table of its own (``DOWN_PROJ_TABLES``), for one
-  token: its N (hidden) is narrow and its K long, so a tile of 16 tokens
-  leaves most SMs idle. There BLOCK_M is 1 (the GEMV form, see
+  HBM busy (one program per SM fits with 5 stages; small weights take 3
+  stages, and two or three per SM). The down projection has a table of
+  its own (``DOWN_PROJ_TABLES``), for one token: its N (hidden) is narrow
+  and its K long, so a tile of 16 tokens leaves most SMs idle. There BLOCK_M is 1 (the GEMV form, see
   ``_multiply_accumulate``) and BLOCK_N 2: one program per two rows of the
   weight, thousands of programs whose loads go straight to registers.
 - mid (17-64 tokens, and on small weights up to 256), gated only:
