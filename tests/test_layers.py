@@ -166,6 +166,17 @@ def test_t5gemma_mlps_drop_out_as_their_own_forward_does(kernel, mlp_training, d
     assert rel_error(ours, reference) <= 1e-5
 
 
+def test_a_dropout_without_a_rate_runs_the_module_forward(kernel):
+    """A ``dropout`` submodule with no ``p`` (here nn.Identity) may drop anything: in training the module's own
+    forward runs it, where reading ``p`` raised AttributeError."""
+    module = GeGLUMLPModule(nn.GELU(approximate="tanh"))
+    module.dropout = nn.Identity()
+    assert kernel.layers.gelu_approximation(module) is None
+    x = randn(3, 16)
+    with torch.no_grad():
+        assert torch.equal(_with_kernel_forward(module, kernel.layers.GeGLUMLP)(x), module(x))
+
+
 @pytest.mark.parametrize("name, expected", [("gelu_pytorch_tanh", "tanh"), ("gelu", "none"), ("gelu_new", "tanh")])
 def test_geglu_mlp_without_act_fn_reads_the_config(kernel, name, expected):
     """Liger's LigerGEGLUMLP naming: no act_fn, the activation named in config.hidden_act."""

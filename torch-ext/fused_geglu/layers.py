@@ -60,13 +60,15 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
     where the module's forward does more than the GeGLU at this moment:
     Gemma 3n's MLP in the layers that set ``activation_sparsity`` (a Gaussian
     top-k of the gate before the GELU), and T5Gemma's while its ``dropout``
-    (on the GeGLU output) is in training mode with p > 0. Both are read from
+    (on the GeGLU output) is in training mode with p > 0 (a ``dropout`` with
+    no ``p``, of a rate unknown here, counts as active). Both are read from
     the module's dicts, once: ``nn.Module.__getattr__`` on a missing attribute
     costs a microsecond per call (see ``_submodule``).
     """
     state = module.__dict__
     dropout = state["_modules"].get("dropout")
-    if state.get("activation_sparsity", 0.0) or (dropout is not None and dropout.training and dropout.p):
+    dropping_out = dropout is not None and dropout.training and getattr(dropout, "p", 1.0)
+    if state.get("activation_sparsity", 0.0) or dropping_out:
         return None
     return activation_gelu_form(module)
 
