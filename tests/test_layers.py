@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 from reference import randn, rel_error
+from tiny_models import tiny_t5gemma_mlp
 
 transformers_activations = pytest.importorskip("transformers.activations")
 
@@ -147,13 +148,7 @@ def test_t5gemma_mlps_drop_out_as_their_own_forward_does(kernel, mlp_training, d
     """T5Gemma's MLP drops out the GeGLU output: where its dropout is in training mode (also under an MLP in
     eval, as Monte Carlo dropout leaves it) that runs its own forward (the same mask for the same seed),
     elsewhere the fused path."""
-    from transformers.models.t5gemma.modeling_t5gemma import T5GemmaMLP
-
-    config = types.SimpleNamespace(
-        hidden_size=32, intermediate_size=64, hidden_activation="gelu_pytorch_tanh", dropout_rate=0.5
-    )
-    torch.manual_seed(0)
-    module = T5GemmaMLP(config).train(mlp_training)
+    module = tiny_t5gemma_mlp().train(mlp_training)
     module.dropout.train(dropout_training)
     assert kernel.layers.gelu_approximation(module) == (None if dropout_training else "tanh")
     assert kernel.layers.activation_gelu_form(module) == "tanh"  # what the toolkit registers the class by

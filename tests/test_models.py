@@ -21,7 +21,7 @@ from geglu_triton.models import kernelize_geglu_mlps
 from geglu_triton.publish import publish
 from child_process import child_env
 from reference import rel_error
-from tiny_models import LOGITS_REL_TOL, tiny_model
+from tiny_models import LOGITS_REL_TOL, tiny_model, tiny_t5gemma_mlp
 
 transformers = pytest.importorskip("transformers")
 
@@ -157,16 +157,11 @@ def test_only_modules_that_hold_nothing_but_a_geglu_mlp_are_taken_for_one():
 def test_classes_are_found_by_their_activation_whatever_the_mode(kernel):
     """A T5Gemma MLP in training (its dropout active, so the layer runs its own forward then) is still
     registered: in eval the same module takes the fused path."""
-    from transformers.models.t5gemma.modeling_t5gemma import T5GemmaMLP
-
     from geglu_triton.models import geglu_mlp_classes
 
-    config = types.SimpleNamespace(
-        hidden_size=32, intermediate_size=64, hidden_activation="gelu_pytorch_tanh", dropout_rate=0.5
-    )
-    model = torch.nn.Sequential(T5GemmaMLP(config)).train()
+    model = torch.nn.Sequential(tiny_t5gemma_mlp()).train()
     assert kernel.layers.gelu_approximation(model[0]) is None
-    assert geglu_mlp_classes(model, kernel.layers.activation_gelu_form) == [T5GemmaMLP]
+    assert geglu_mlp_classes(model, kernel.layers.activation_gelu_form) == [type(model[0])]
 
 
 def test_kernelizing_again_finds_the_same_classes(published):

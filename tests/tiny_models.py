@@ -1,4 +1,4 @@
-"""Tiny random Gemma, Gemma2 and Gemma3 causal LMs, and how close a kernelized one must stay to eager."""
+"""Tiny random Gemma-family causal LMs and a T5Gemma MLP, and how close a kernelized one must stay to eager."""
 
 from __future__ import annotations
 
@@ -43,3 +43,16 @@ def tiny_model(family: str, activation: str = "gelu_pytorch_tanh"):
         cls = transformers.Gemma3nForCausalLM
     torch.manual_seed(0)
     return cls(config)
+
+
+def tiny_t5gemma_mlp():
+    """A T5Gemma MLP (hidden 32, intermediate 64, tanh GELU) whose dropout (p 0.5) drops out the GeGLU output."""
+    import types
+
+    from transformers.models.t5gemma.modeling_t5gemma import T5GemmaMLP
+
+    config = types.SimpleNamespace(
+        hidden_size=32, intermediate_size=64, hidden_activation="gelu_pytorch_tanh", dropout_rate=0.5
+    )
+    torch.manual_seed(0)
+    return T5GemmaMLP(config)
