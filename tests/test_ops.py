@@ -125,6 +125,24 @@ def test_gelu_and_mul_refuses_what_would_lose_a_gradient(kernel, requires_grad):
     assert rel_error(out, torch.nn.functional.gelu(x[:, :2]) * x[:, 2:]) <= 1e-6
 
 
+def test_gelu_and_mul_counts_its_write_as_eager_out_functions_do(kernel):
+    """out's version counter moves, so autograd refuses a backward that saved out's old values (it read the
+    overwritten ones silently); an inference tensor is written only in inference mode, as eager's are."""
+    for function in (kernel.gelu_and_mul, kernel.gelu_tanh_and_mul):
+        leaf, out, x = randn(3, 2).requires_grad_(), torch.zeros(3, 2), randn(3, 4)
+        product = (leaf * out).sum()  # saves out for leaf's gradient
+        with torch.no_grad():
+            function(out, x)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            product.backward()
+        with torch.inference_mode():
+            inference_out = torch.empty(3, 2)
+        with pytest.raises(ValueError, match="out is an inference tensor"):
+            function(inference_out, x)
+        with torch.inference_mode():
+            assert torch.equal(function(inference_out, x), function(torch.empty(3, 2), x))
+
+
 def _every_function_on(kernel, make):
     """Each public function on tensors from ``make(*shape)``, its result's shape and dtype; backward where differentiable."""
     gate, up, x = make(3, 5, 20).requires_grad_(), make(3, 5, 20), make(3, 5, 40).requires_grad_()

@@ -12,6 +12,7 @@ import types
 
 import pytest
 import torch
+import torch.autograd.forward_ad as forward_ad
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -239,12 +240,37 @@ _WITH_PROJECTIONS = ("geglu_linear", "geglu_linear_concat", "geglu_down_proj", "
 
 
 def test_a_second_derivative_is_an_error_not_a_wrong_gradient(kernel, device):
-    """The backwards run kernels that autograd cannot differentiate: create_graph=True followed by a backward
-    through the gradient raises, where it would otherwise drop the GeGLU's second-order terms silently."""
+    """The backwards run kernels that autograd cannot differentiate: create_graph=True raises. Under
+    once_differentiable it raised only for a loss whose gradient depends on the output (the square); for a
+    loss linear in it (the sum) the gradients came back as constants to autograd, and a gradient penalty on
+    them silently contributed nothing."""
     for name, ours, _, leaves in _function_calls(kernel, device):
-        grads = torch.autograd.grad(ours(*leaves).square().sum(), leaves, create_graph=True)
-        with pytest.raises(RuntimeError, match="differentiate twice"):
-            sum(grad.square().sum() for grad in grads).backward()
+        for loss in (torch.sum, lambda y: y.square().sum()):
+            with pytest.raises(RuntimeError, match="first derivatives only"):
+                torch.autograd.grad(loss(ours(*leaves)), leaves, create_graph=True)
+
+
+def test_forward_mode_ad_and_function_transforms_are_refused(kernel, device):
+    """Forward-mode AD dropped the tangent silently (a dual gate gave a result without one; geglu_linear's
+    result carried the gate projection's), and vmap's batched tensors failed deep in Triton: every public
+    function refuses them by name, and so does gelu_and_mul."""
+    refused = pytest.raises(NotImplementedError, match="forward-mode AD or torch.func transforms")
+    calls = [
+        (name, ours, [leaf.detach() for leaf in leaves]) for name, ours, _, leaves in _function_calls(kernel, device)
+    ]
+    x = randn(3, 8, device=device)
+    calls.append(("gelu_and_mul", lambda x: kernel.gelu_and_mul(torch.empty_like(x[..., :4]), x), [x]))
+    for name, ours, plain in calls:
+        with forward_ad.dual_level():
+            first = forward_ad.make_dual(plain[0], torch.ones_like(plain[0]))
+            with refused:
+                ours(first, *plain[1:])
+        with refused:
+            torch.func.vmap(ours)(*(tensor.unsqueeze(0) for tensor in plain))
+        with refused:
+            torch.func.grad(lambda *args: ours(*args).sum())(*plain)
+        with refused:
+            torch.func.jvp(ours, tuple(plain), tuple(torch.ones_like(tensor) for tensor in plain))
 
 
 def test_functions_under_autocast_train_as_eager(kernel, device):

@@ -8,6 +8,7 @@ Triton error or, worse, a silently wrong result.
 from __future__ import annotations
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 
 #: Storage dtypes the kernels load and store (math is always fp32).
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -21,6 +22,29 @@ def _same_device(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.is_cuda and b.is_cuda:
         return a.get_device() == b.get_device()
     return a.device == b.device
+
+
+def function_transform_active() -> bool:
+    """Whether forward-mode AD (inside ``forward_ad.dual_level``) or a torch.func transform (vmap, grad, jvp) is on.
+
+    The kernels read plain tensors' memory: a dual tensor's tangent would be
+    dropped (a silently wrong jvp) and vmap's batched tensors have no memory
+    to read; the registered ops have no forward-AD or vmap rules either. Both
+    flags are torch internals that torch reads itself on every
+    ``autograd.Function.apply`` (functorch) and ``make_dual`` (forward AD), in
+    every torch 2 release; tests/test_training.py fails if either stops
+    meaning this. torch.compile reads both as constants (no graph break).
+    """
+    return forward_ad._current_level >= 0 or torch._C._are_functorch_transforms_active()
+
+
+def check_no_function_transform() -> None:
+    """The public functions refuse forward-mode AD and torch.func transforms by name (``function_transform_active``)."""
+    if function_transform_active():
+        raise NotImplementedError(
+            "fused-geglu's functions do not support forward-mode AD or torch.func transforms (vmap, grad, jvp, "
+            "jacrev, ...): use eager PyTorch inside them (a kernelized GeGLU MLP does so by itself)"
+        )
 
 
 def check_approximate(approximate: str) -> None:

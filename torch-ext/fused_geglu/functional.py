@@ -22,6 +22,7 @@ from .checks import (
     check_linear,
     check_linear_concat,
     check_mlp,
+    check_no_function_transform,
     check_out,
     concat_output_shape,
 )
@@ -36,9 +37,12 @@ def _needs_registered_op(*tensors: Optional[torch.Tensor]) -> bool:
     Under torch.compile it must (Dynamo traces the op, opaque). So must meta
     tensors and tensor subclasses (FakeTensor, DTensor): only the op's
     dispatch gives them their fake implementation or their own handling.
+    Raises NotImplementedError under forward-mode AD or a torch.func
+    transform, which neither path supports (``check_no_function_transform``).
     """
     if torch.compiler.is_compiling():
         return True
+    check_no_function_transform()
     for tensor in tensors:
         if tensor is not None and (type(tensor) not in _PLAIN_TENSOR_TYPES or tensor.is_meta):
             return True
@@ -253,15 +257,24 @@ def geglu_mlp(
 def _gelu_and_mul_into(name: str, out: torch.Tensor, x: torch.Tensor, approximate: str) -> torch.Tensor:
     check_concat(x, approximate)
     check_out(out, concat_output_shape(x), x)
+    registered_op = _needs_registered_op(out, x)  # first: under torch.func.grad, x requires grad
     if needs_gradient(out, x):  # as eager's out= functions refuse: a gradient would be silently lost
         raise ValueError(
             f"{name} writes into out and records no gradient, but out or x requires grad: use geglu_concat "
             "(differentiable), or call it under torch.no_grad()"
         )
-    if _needs_registered_op(out, x):
+    if registered_op:  # whose dispatch refuses an inference tensor out of inference mode itself
         ops.geglu_concat_out(out, x, approximate)
     else:
+        if out.is_inference() and not torch.is_inference_mode_enabled():
+            raise ValueError(
+                "out is an inference tensor (made under torch.inference_mode): as in eager, it can be written in "
+                "place only inside inference mode"
+            )
         ops.geglu_concat_out_impl(out, x, approximate)
+        # The dispatcher counts an op's writes; a kernel's are counted here, so that autograd refuses, as after
+        # eager's out= functions, a backward that would read out's old values.
+        torch.autograd.graph.increment_version(out)
     return out
 
 

@@ -38,13 +38,13 @@ call them under torch.compile and their implementations directly in eager mode):
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
 from . import torch_fallback
 from ._ops import add_op_namespace_prefix
@@ -510,8 +510,28 @@ geglu_down_proj.register_autograd(_geglu_down_proj_autograd, setup_context=_gegl
 # than the kernel itself at decode sizes (benchmarks/host_overhead.py). Outside
 # torch.compile the public functions therefore call the implementations
 # directly, through these Functions when a gradient is needed. Their backwards
-# run Triton kernels that autograd cannot differentiate again: once_differentiable
-# makes a second derivative (create_graph=True) an error, not a silently wrong one.
+# run Triton kernels that autograd cannot differentiate again.
+
+
+def _first_derivative_only(backward):
+    """A Function's backward that refuses ``create_graph=True`` (autograd runs backward in grad mode only then).
+
+    torch's ``once_differentiable`` raises only when a gradient flowing in
+    requires grad; for ``torch.autograd.grad(y.sum(), x, create_graph=True)``
+    it returned gradients that autograd saw as constants, so a gradient
+    penalty built on them silently contributed nothing.
+    """
+
+    @functools.wraps(backward)
+    def first_derivative(ctx, *grad_outputs):
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "fused-geglu computes first derivatives only: backward with create_graph=True (a gradient "
+                "penalty, a Hessian product) needs the module's own forward or eager PyTorch"
+            )
+        return backward(ctx, *grad_outputs)
+
+    return first_derivative
 
 
 class GeGLUFunction(torch.autograd.Function):
@@ -522,7 +542,7 @@ class GeGLUFunction(torch.autograd.Function):
         return geglu_impl(gate, up, approximate)
 
     @staticmethod
-    @once_differentiable
+    @_first_derivative_only
     def backward(ctx, grad_out):
         gate, up = ctx.saved_tensors
         return (*geglu_backward_impl(grad_out, gate, up, ctx.approximate), None)
@@ -536,7 +556,7 @@ class GeGLUConcatFunction(torch.autograd.Function):
         return geglu_concat_impl(x, approximate)
 
     @staticmethod
-    @once_differentiable
+    @_first_derivative_only
     def backward(ctx, grad_out):
         (x,) = ctx.saved_tensors
         return geglu_concat_backward_impl(grad_out, x, ctx.approximate), None
@@ -550,7 +570,7 @@ class GeGLUDownProjFunction(torch.autograd.Function):
         return geglu_down_proj_impl(gate, up, down_weight, down_bias, approximate)
 
     @staticmethod
-    @once_differentiable
+    @_first_derivative_only
     def backward(ctx, grad_y):
         gate, up, down_weight = ctx.saved_tensors
         grads = geglu_down_proj_grads(
@@ -589,7 +609,7 @@ class GeGLUMLPFunction(torch.autograd.Function):
         return geglu_down_proj_impl(gate, up, down_weight, down_bias, approximate)
 
     @staticmethod
-    @once_differentiable
+    @_first_derivative_only
     def backward(ctx, grad_y):
         x, gate, up, gate_weight, up_weight, down_weight = ctx.saved_tensors
         needs = ctx.needs_input_grad
