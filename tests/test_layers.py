@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import types
+from unittest import mock
 
 import pytest
 import torch
@@ -36,10 +38,17 @@ def _with_kernel_forward(module, layer_cls):
     return module
 
 
-def _count_calls(module: nn.Module) -> list:
-    calls = []
-    module.register_forward_hook(lambda *_: calls.append(1))
-    return calls
+@contextlib.contextmanager
+def _counting_calls(module: nn.Module):
+    """The calls of ``module``, counted by its class's forward (a hook or an instance forward would unfuse it)."""
+    calls, forward = [], type(module).forward
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return forward(self, *args, **kwargs)
+
+    with mock.patch.object(type(module), "forward", counted):
+        yield calls
 
 
 ACTIVATIONS = [
@@ -61,8 +70,8 @@ def test_geglu_mlp_follows_the_module_activation(kernel, make_act, expected, bia
     assert kernel.layers.gelu_approximation(module) == expected
     x = randn(2, 5, 16).requires_grad_()
     reference = module(x)
-    act_calls = _count_calls(module.act_fn)
-    fused = _with_kernel_forward(module, kernel.layers.GeGLUMLP)(x)
+    with _counting_calls(module.act_fn) as act_calls:
+        fused = _with_kernel_forward(module, kernel.layers.GeGLUMLP)(x)
     assert not act_calls, "the fused path must not call the original activation"
     assert rel_error(fused, reference) <= 1e-5
     grads = torch.autograd.grad(fused.sum(), [x, *module.parameters()])
@@ -114,8 +123,8 @@ def test_geglu_mlp_runs_other_activations_unfused(kernel, make_act):
     assert kernel.layers.gelu_approximation(module) is None
     x = randn(3, 16)
     reference = module(x)
-    act_calls = _count_calls(module.act_fn)
-    assert torch.equal(_with_kernel_forward(module, kernel.layers.GeGLUMLP)(x), reference)
+    with _counting_calls(module.act_fn) as act_calls:
+        assert torch.equal(_with_kernel_forward(module, kernel.layers.GeGLUMLP)(x), reference)
     assert act_calls == [1]
 
 
@@ -159,6 +168,44 @@ def test_t5gemma_mlps_drop_out_as_their_own_forward_does(kernel, mlp_training, d
         torch.manual_seed(1)
         ours = _with_kernel_forward(module, kernel.layers.GeGLUMLP)(x)
     assert rel_error(ours, reference) <= 1e-5
+
+
+def test_what_the_kernels_would_not_compute_runs_the_module_forward(kernel):
+    """A hook on act_fn, a forward bound on it, a GELU subclass with a forward of its own, and a projection whose
+    weight is a plain attribute rather than a parameter: the result is the module's own (the fused path skipped
+    the first three silently and raised KeyError on the last)."""
+    class ClampedGELU(nn.GELU):
+        def forward(self, x):
+            return super().forward(x).clamp(max=0.1)
+
+    hooked = GeGLUMLPModule(nn.GELU(approximate="tanh"))
+    hooked.act_fn.register_forward_hook(lambda module, inputs, output: output * 0)
+    rebound = GeGLUMLPModule(nn.GELU(approximate="tanh"))
+    rebound.act_fn.forward = types.MethodType(lambda self, x: torch.relu(x), rebound.act_fn)
+    subclassed = GeGLUMLPModule(ClampedGELU(approximate="tanh"))
+    plain_weight = GeGLUMLPModule(nn.GELU(approximate="tanh"))
+    weight = plain_weight.up_proj.weight.detach().clone()
+    del plain_weight.up_proj.weight
+    plain_weight.up_proj.weight = weight
+    x = randn(3, 16)
+    for module in (hooked, rebound, subclassed, plain_weight):
+        with torch.no_grad():
+            reference = module(x)
+            ours = _with_kernel_forward(module, kernel.layers.GeGLUMLP)(x)
+        assert rel_error(ours, reference) <= 1e-6
+    assert not hooked(x).any()
+
+
+def test_forward_mode_ad_and_function_transforms_run_the_module_forward(kernel):
+    """The kernels refuse them (test_training); a kernelized MLP runs its own forward under them instead, so a
+    jvp or a vmap through a kernelized model gives eager's result."""
+    module = GeGLUMLPModule(nn.GELU(approximate="tanh"))
+    kernelized = _with_kernel_forward(GeGLUMLPModule(nn.GELU(approximate="tanh")), kernel.layers.GeGLUMLP)
+    kernelized.load_state_dict(module.state_dict())
+    x, tangent = randn(3, 16), randn(3, 16)
+    for ours, reference in zip(torch.func.jvp(kernelized, (x,), (tangent,)), torch.func.jvp(module, (x,), (tangent,))):
+        assert torch.equal(ours, reference)
+    assert torch.equal(torch.func.vmap(kernelized)(x), torch.func.vmap(module)(x))
 
 
 def test_a_dropout_without_a_rate_runs_the_module_forward(kernel):

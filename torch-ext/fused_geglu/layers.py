@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checks import SUPPORTED_DTYPES
+from .checks import SUPPORTED_DTYPES, function_transform_active
 from .functional import geglu, geglu_concat, geglu_down_proj, geglu_linear, geglu_mlp
 
 # transformers (5.22+) finds the module it builds in place of a mapped Gemma MLP
@@ -57,7 +57,9 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
     """The GELU form ("tanh" or "none") in which the fused layer computes this MLP now, or None: its own forward.
 
     None where the activation is not a GELU (``activation_gelu_form``), and
-    where the module's forward does more than the GeGLU at this moment:
+    where the module's forward does more than the GeGLU at this moment: an
+    ``act_fn`` with hooks or a forward bound on the instance (which the fused
+    kernels would not call);
     Gemma 3n's MLP in the layers that set ``activation_sparsity`` (a Gaussian
     top-k of the gate before the GELU), and T5Gemma's while its ``dropout``
     (on the GeGLU output) is in training mode with p > 0 (a ``dropout`` with
@@ -66,9 +68,12 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
     costs a microsecond per call (see ``_submodule``).
     """
     state = module.__dict__
-    dropout = state["_modules"].get("dropout")
+    submodules = state["_modules"]
+    dropout = submodules.get("dropout")
     dropping_out = dropout is not None and dropout.training and getattr(dropout, "p", 1.0)
-    if state.get("activation_sparsity", 0.0) or dropping_out:
+    act_fn = submodules.get("act_fn")
+    act_fn_does_more = act_fn is not None and not _runs_its_class_forward_alone(act_fn)
+    if state.get("activation_sparsity", 0.0) or dropping_out or act_fn_does_more:
         return None
     return activation_gelu_form(module)
 
@@ -83,7 +88,7 @@ def activation_gelu_form(module: nn.Module) -> Optional[str]:
     """
     act_fn = _submodule(module, "act_fn")
     if act_fn is not None:
-        if isinstance(act_fn, nn.GELU):
+        if type(act_fn) is nn.GELU:  # a subclass may compute something else
             return act_fn.approximate
         if type(act_fn).__module__.startswith("transformers."):
             return _GELU_OF_ACTIVATION_CLASS.get(type(act_fn).__name__)
@@ -91,6 +96,18 @@ def activation_gelu_form(module: nn.Module) -> Optional[str]:
     config = getattr(module, "config", None)
     name = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
     return _GELU_OF_ACTIVATION_NAME.get(name)
+
+
+def _runs_its_class_forward_alone(module: nn.Module) -> bool:
+    """Whether calling ``module`` runs its class's forward and nothing else: no forward bound on the instance,
+    no hooks of its own (global hooks are not read)."""
+    return not (
+        "forward" in module.__dict__
+        or module._forward_hooks
+        or module._forward_pre_hooks
+        or module._backward_hooks
+        or module._backward_pre_hooks
+    )
 
 
 def is_plain_linear(module: nn.Module) -> bool:
@@ -105,12 +122,8 @@ def is_plain_linear(module: nn.Module) -> bool:
     """
     return (
         type(module) is nn.Linear
-        and "forward" not in module.__dict__
-        and not module._forward_hooks
-        and not module._forward_pre_hooks
-        and not module._backward_hooks
-        and not module._backward_pre_hooks
-        and type(module._parameters["weight"]) in (nn.Parameter, torch.Tensor)
+        and _runs_its_class_forward_alone(module)
+        and type(module._parameters.get("weight")) in (nn.Parameter, torch.Tensor)
     )
 
 
@@ -119,8 +132,9 @@ class GeGLUMLP(nn.Module):
 
     Replaces the forward of Gemma, Gemma2, Gemma3, Gemma 3n and T5Gemma MLPs (and
     modules with Liger's ``LigerGEGLUMLP`` naming). The GELU form follows the
-    module's activation; any other activation, Gemma 3n's sparse layers and
-    T5Gemma's dropout in training run the module's own (class) forward, unfused.
+    module's activation; any other activation (or a hooked one), Gemma 3n's
+    sparse layers, T5Gemma's dropout in training, and forward-mode AD or
+    torch.func transforms run the module's own (class) forward, unfused.
 
     With three plain ``nn.Linear`` projections the whole MLP is ``geglu_mlp``
     on their weights: for inference one fused GEMM for the first half and, at
@@ -140,10 +154,11 @@ class GeGLUMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         approximate = gelu_approximation(self)
-        # Another activation, or an input the kernels do not take (float64, as gradcheck runs; not a tensor): the
-        # original forward, which kernelize replaced on the instance and the class still has, computes eager's
-        # result or raises eager's error.
-        if approximate is None or getattr(x, "dtype", None) not in SUPPORTED_DTYPES:
+        # Another activation, an input the kernels do not take (float64, as gradcheck runs; not a tensor), or
+        # forward-mode AD or a torch.func transform, which the kernels do not support: the original forward,
+        # which kernelize replaced on the instance and the class still has, computes eager's result or raises
+        # eager's error.
+        if approximate is None or getattr(x, "dtype", None) not in SUPPORTED_DTYPES or function_transform_active():
             return type(self).forward(self, x)
         gate_proj, up_proj = _submodule(self, "gate_proj"), _submodule(self, "up_proj")
         down_proj = _submodule(self, "down_proj")
