@@ -79,7 +79,7 @@ def _token(text: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from .background import LocalHub
     from .server import HubLimits
-    from .storage import DataDirectoryInUse
+    from .storage import DataDirectoryInUse, NotADataDirectory
 
     limits = HubLimits() if args.max_commit_bytes is None else HubLimits(max_commit_bytes=args.max_commit_bytes)
     hub = LocalHub(
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as running:
         try:
             running.enter_context(hub)
-        except (DataDirectoryInUse, OSError) as err:  # the port is taken, or the data directory cannot be used
+        except (DataDirectoryInUse, NotADataDirectory, OSError) as err:  # the port taken, the data directory unusable
             raise UserError(str(err)) from err
         print(f"Local Hub serving {hub.data_dir.resolve()} on {hub.endpoint}", flush=True)
         print(f"Point huggingface_hub and kernels at it with:\n  export HF_ENDPOINT={hub.endpoint}", flush=True)

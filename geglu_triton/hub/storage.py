@@ -134,6 +134,10 @@ class DataDirectoryInUse(RuntimeError):
     """Another server already serves the data directory."""
 
 
+class NotADataDirectory(RuntimeError):
+    """The data directory holds files and no local Hub ever served it: the server would clear its ``tmp``."""
+
+
 def is_valid_unicode(text: str) -> bool:
     """Whether ``text`` can be encoded as UTF-8 (JSON's ``"\\ud800"`` escapes decode to lone surrogates)."""
     return _LONE_SURROGATE.search(text) is None
@@ -617,6 +621,11 @@ class HubStorage:
         self.data_dir = Path(data_dir).resolve()
         self._repos_dir = self.data_dir / "repos"
         self._tmp_dir = self.data_dir / "tmp"
+        if self.data_dir.is_dir() and any(self.data_dir.iterdir()) and not (self.data_dir / _SERVER_LOCK).exists():
+            raise NotADataDirectory(
+                f"{self.data_dir} holds files but is not a local Hub's data directory (it has no {_SERVER_LOCK}): "
+                "give a new or empty directory, or one a local Hub has served"
+            )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._server_lock = _lock_data_dir(self.data_dir)
         # This is the only server on the directory now: whatever a killed one left behind is stale.
