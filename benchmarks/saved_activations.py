@@ -58,15 +58,17 @@ def _part(running: list[tuple[str, str]]) -> str:
 def saved_bytes_by_part(model: torch.nn.Module, step) -> tuple[dict[str, int], object]:
     """Bytes autograd saves during ``step()`` (a forward and its backward), by part; and what ``step`` returns.
 
-    ``nn.Linear`` modules get no hooks: a hooked projection is not a plain one,
-    and the kernelized MLP would take another path (layers.is_plain_linear).
+    ``nn.Linear`` modules and the MLPs' ``act_fn`` get no hooks: a hooked
+    projection is not a plain one, and a hooked activation runs the module's
+    own forward, so the kernelized MLP would take another path
+    (layers.is_plain_linear, layers.gelu_approximation).
     The step must run the backward: a pack hook that returns a saved output
     tensor itself makes a reference cycle that only the backward breaks.
     """
     running: list[tuple[str, str]] = []
     handles = []
     for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear):
+        if isinstance(module, torch.nn.Linear) or name.rsplit(".", 1)[-1] == "act_fn":
             continue
         entry = (name, type(module).__name__)
         handles.append(module.register_forward_pre_hook(lambda *_, entry=entry: running.append(entry)))

@@ -58,8 +58,9 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
 
     None where the activation is not a GELU (``activation_gelu_form``), and
     where the module's forward does more than the GeGLU at this moment: an
-    ``act_fn`` with hooks or a forward bound on the instance (which the fused
-    kernels would not call);
+    ``act_fn`` with hooks (which the fused kernels would not call; a forward
+    bound on it is what ``kernelize`` binds to transformers' activations, their
+    own or a Hub kernel's of the same function);
     Gemma 3n's MLP in the layers that set ``activation_sparsity`` (a Gaussian
     top-k of the gate before the GELU), and T5Gemma's while its ``dropout``
     (on the GeGLU output) is in training mode with p > 0 (a ``dropout`` with
@@ -72,8 +73,7 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
     dropout = submodules.get("dropout")
     dropping_out = dropout is not None and dropout.training and getattr(dropout, "p", 1.0)
     act_fn = submodules.get("act_fn")
-    act_fn_does_more = act_fn is not None and not _runs_its_class_forward_alone(act_fn)
-    if state.get("activation_sparsity", 0.0) or dropping_out or act_fn_does_more:
+    if state.get("activation_sparsity", 0.0) or dropping_out or (act_fn is not None and _is_hooked(act_fn)):
         return None
     return activation_gelu_form(module)
 
@@ -98,15 +98,10 @@ def activation_gelu_form(module: nn.Module) -> Optional[str]:
     return _GELU_OF_ACTIVATION_NAME.get(name)
 
 
-def _runs_its_class_forward_alone(module: nn.Module) -> bool:
-    """Whether calling ``module`` runs its class's forward and nothing else: no forward bound on the instance,
-    no hooks of its own (global hooks are not read)."""
-    return not (
-        "forward" in module.__dict__
-        or module._forward_hooks
-        or module._forward_pre_hooks
-        or module._backward_hooks
-        or module._backward_pre_hooks
+def _is_hooked(module: nn.Module) -> bool:
+    """Whether calling ``module`` runs hooks of its own around its forward (global hooks are not read)."""
+    return bool(
+        module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks
     )
 
 
@@ -122,7 +117,8 @@ def is_plain_linear(module: nn.Module) -> bool:
     """
     return (
         type(module) is nn.Linear
-        and _runs_its_class_forward_alone(module)
+        and "forward" not in module.__dict__
+        and not _is_hooked(module)
         and type(module._parameters.get("weight")) in (nn.Parameter, torch.Tensor)
     )
 
