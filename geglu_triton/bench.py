@@ -46,7 +46,7 @@ from .benchmarking.timing import (
     measure_copy_ceiling,
     measure_matmul_ceiling,
 )
-from .errors import UsageError, directory_to_write, positive_float
+from .errors import UsageError, directory_to_read, directory_to_write, make_directory, positive_float
 
 SCHEMA_VERSION = 1
 #: Size of the copy that measures the bandwidth ceiling, and of the matmul that measures the FLOP rate.
@@ -67,16 +67,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", type=directory_to_write, help="output directory (default: ./<date>-<device>/ in the current directory)"
     )
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), help="dtypes (default: the grid's)")
-    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS), help="what to run")
+    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, help="what to run (default: all)")
     parser.add_argument("--approximations", nargs="+", choices=APPROXIMATIONS, help="GELU forms (default: tanh)")
     parser.add_argument(
-        "--kernel-dir", type=Path, help="an existing build (default: build this checkout into a temp dir)"
+        "--kernel-dir", type=directory_to_read, help="an existing build (default: build this checkout into a temp dir)"
     )
     parser.add_argument(
         "--memory-budget-gib",
         type=positive_float,
-        default=DEFAULT_MEMORY_BUDGET_GIB,
-        help="skip cells whose inputs and outputs need more (default: %(default)s)",
+        help=f"skip cells whose inputs and outputs need more (default: {DEFAULT_MEMORY_BUDGET_GIB})",
     )
     parser.add_argument(
         "--time-budget-s",
@@ -201,12 +200,12 @@ def run(args: argparse.Namespace) -> int:
     grid = _grid_from(args, device)
     out_dir = args.out or environment.default_results_dir(device)
     json_path = out_dir / "results.json"
-    names = tuple(args.workloads)
+    names = tuple(args.workloads or WORKLOADS)
 
     if device.type == "cpu" and args.grid not in (None, grid.name):
         _print(f"bench: no GPU, so the {grid.name!r} grid instead of {args.grid!r}")
     loaded = environment.load_kernel(args.kernel_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_directory(out_dir, "the output directory")
     _print(f"bench: {environment.device_name(device)}, grid {grid.name!r}, writing to {out_dir}")
     try:
         timer = Timer(device, grid.warmup_ms, grid.rep_ms)
@@ -219,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
             grid=grid,
             copy=copy,
             matmul=matmul,
-            memory_budget_bytes=int(args.memory_budget_gib * 2**30),
+            memory_budget_bytes=int((args.memory_budget_gib or DEFAULT_MEMORY_BUDGET_GIB) * 2**30),
             deadline=deadline,
         )
         results = _new_results(ctx, loaded, names)

@@ -34,7 +34,7 @@ from .benchmarking.model_workloads import ModelContext, differences, measure_siz
 from .benchmarking.report import write_json
 from .benchmarking.timing import Deadline, Timer
 from .benchmarking.workloads import failure_text
-from .errors import UsageError, positive_int
+from .errors import UsageError, make_directory, positive_int
 
 SCHEMA_VERSION = 1
 #: Dynamo's per-function recompile limit for the run: one compiled MLP graph per
@@ -83,8 +83,14 @@ def failures(models: list[dict]) -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     ignored = [
         flag
-        for flag, value in (("--grid", args.grid), ("--dtypes", args.dtypes), ("--approximations", args.approximations))
-        if value
+        for flag, value in (
+            ("--grid/--quick", args.grid),
+            ("--dtypes", args.dtypes),
+            ("--approximations", args.approximations),
+            ("--workloads", args.workloads),
+            ("--memory-budget-gib", args.memory_budget_gib),
+        )
+        if value is not None
     ]
     if ignored:
         flags = ", ".join(ignored)
@@ -93,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_for(device.type, args.models, args.model_layers, args.time_budget_s)
     parts = tuple(args.model_parts or PARTS)
     out_dir = args.out or environment.default_results_dir(device)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_directory(out_dir, "the output directory")
     json_path = out_dir / "models.json"
     if device.type == "cpu" and args.models:
         _print(f"bench --models: no GPU, so the tiny config instead of {' '.join(args.models)}")

@@ -42,6 +42,7 @@ from kernels._rust import Digest, DigestValidationError, Metadata
 from . import REPO_ROOT, layout
 from .buildinfo import KernelConfig, read_config
 from .ops_module import op_namespace, read_ops_identity
+from .errors import directory_to_read
 
 OP_REGISTRATION_DECORATORS = frozenset(
     {"custom_op", "triton_op", "register_kernel", "register_fake", "register_vmap", "register_torch_dispatch"}
@@ -233,7 +234,7 @@ def check_build(build_dir: Path, *, source_root: Path = REPO_ROOT, import_check:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "build_dir", nargs="?", type=Path, default=REPO_ROOT / "build", help="the build (default: build/)"
+        "build_dir", nargs="?", type=directory_to_read, default=REPO_ROOT / "build", help="the build (default: build/)"
     )
 
 

@@ -87,6 +87,25 @@ def directory_to_write(text: str) -> Path:
     return path
 
 
+def directory_to_read(text: str) -> Path:
+    """An argparse ``type``: an existing directory, refused where the path is empty (Path('') would read the
+    current directory) or names nothing, or something else."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path: name a directory ('.' for the current one)")
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} {'is not a directory' if path.exists() else 'does not exist'}")
+    return path
+
+
+def make_directory(path: Path, option: str) -> None:
+    """``path.mkdir(parents=True, exist_ok=True)``; a failure (read-only, not allowed) is a UserError naming ``option``."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot create {option} {path}: {err.strerror or err}") from None
+
+
 def check_token(token: str) -> str:
     """``token`` if an HTTP client can send it as it is, else ValueError, whose message never quotes it.
 

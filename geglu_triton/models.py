@@ -137,7 +137,8 @@ def check_geglu_mlps(model: nn.Module, *, strict: bool = True) -> list[str]:
 
 
 def load_local_kernel(build_dir: Path):
-    """``kernels.get_local_kernel``, with a directory that holds no variant for this torch reported in one line."""
+    """``kernels.get_local_kernel``, with a directory that holds no variant for this torch, or one that does not load,
+    reported in one line."""
     from kernels import get_local_kernel
 
     try:
@@ -146,6 +147,11 @@ def load_local_kernel(build_dir: Path):
         raise KernelLoadError(
             f"no build variant for this torch in {build_dir} ({one_line(cause).rstrip(':')}): build one with "
             f"`python -m geglu_triton build --out {build_dir}`"
+        ) from None
+    except (OSError, ValueError, ImportError) as cause:  # a variant without metadata.json, a corrupt one, a bad module
+        raise KernelLoadError(
+            f"cannot load the build in {build_dir} ({type(cause).__name__}: {one_line(cause)}): "
+            f"`python -m geglu_triton check {build_dir}` names what is wrong with it"
         ) from None
 
 

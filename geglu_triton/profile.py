@@ -35,7 +35,6 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -45,7 +44,7 @@ from .benchmarking.grid import GEMMA3_1B, GEMMA_2B, GEMMA_MLPS, TINY_MLP, MLPMod
 from .benchmarking.report import md_cell
 from .benchmarking.timing import synchronize
 from .benchmarking.workloads import failure_text
-from .errors import directory_to_write, positive_int
+from .errors import directory_to_read, directory_to_write, make_directory, positive_int
 
 #: Forward passes (training steps) profiled per stage in each of the two passes (figures are per forward
 #: or step, over both passes), after WARMUP_CALLS unprofiled ones.
@@ -343,7 +342,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", type=directory_to_write, help="output directory (default: ./<date>-<device>/ in the current directory)"
     )
     parser.add_argument(
-        "--kernel-dir", type=Path, help="an existing build (default: build this checkout into a temp dir)"
+        "--kernel-dir", type=directory_to_read, help="an existing build (default: build this checkout into a temp dir)"
     )
     parser.add_argument(
         "--training",
@@ -372,7 +371,7 @@ def run(args: argparse.Namespace) -> int:
     tokens = args.tokens or tokens
     out_dir = args.out or environment.default_results_dir(device)
     loaded = environment.load_kernel(args.kernel_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_directory(out_dir, "the output directory")
     try:
         stages = profile_stages(TRAINING_STAGES if training else STAGES, model, tokens, loaded.module, device, training)
     finally:

@@ -54,7 +54,7 @@ from . import REPO_ROOT, layout
 from .buildinfo import read_config
 from .card import render_card
 from .check import check_build
-from .errors import UserError, client_token, from_hub_error, validate_endpoint, validate_repo_id
+from .errors import UserError, client_token, directory_to_read, from_hub_error, validate_endpoint, validate_repo_id
 
 REPO_TYPE = "kernel"
 MAIN_BRANCH = "main"
@@ -427,7 +427,7 @@ def publish(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--build", type=Path, default=REPO_ROOT / "build", help="the build to publish (default: build/)"
+        "--build", type=directory_to_read, default=REPO_ROOT / "build", help="the build to publish (default: build/)"
     )
     parser.add_argument("--repo-id", help="the Hub kernel repository (default: [general.hub] repo-id of build.toml)")
     parser.add_argument(

@@ -9,6 +9,7 @@ what they exercise is the Hub side.
 
 from __future__ import annotations
 
+import shutil
 import socket
 from pathlib import Path
 
@@ -122,7 +123,11 @@ def test_argparse_errors_are_one_line_too(capsys, argv, expected):
     ("argv", "expected"),
     [
         (["bench", "--model-parts", "mlp"], "--model-parts and --model-layers apply to whole models: add --models"),
-        (["bench", "--models", "tiny", "--grid", "quick"], "--grid: options of the kernel grid, not of bench --models"),
+        (["bench", "--models", "tiny", "--grid", "quick"], "--grid/--quick: options of the kernel grid, not of bench"),
+        (
+            ["bench", "--models", "--workloads", "host", "--memory-budget-gib", "1"],
+            "--workloads, --memory-budget-gib: options of the kernel grid, not of bench --models",
+        ),
     ],
 )
 def test_bench_options_that_do_not_go_together_are_usage_errors(capsys, tmp_path, monkeypatch, argv, expected):
@@ -159,13 +164,46 @@ def test_a_build_directory_that_cannot_be_created_is_one_line(capsys):
 
 
 def test_an_empty_directory_path_is_a_usage_error(capsys, tmp_path, monkeypatch):
-    """Path('') is the current directory: a command given --out '' filled it with variants or repositories."""
+    """Path('') is the current directory: a command given --out '' filled it with variants or repositories, and
+    one given a build '' read the current directory as one."""
     monkeypatch.chdir(tmp_path)
     for argv in (["build", "--out", ""], ["bench", "--out", ""], ["profile", "--out", ""],
-                 ["hub", "serve", "--data", ""], ["demo", "--build", ""]):
+                 ["hub", "serve", "--data", ""], ["demo", "--build", ""], ["publish", "--build", ""],
+                 ["bench", "--kernel-dir", ""], ["profile", "--kernel-dir", ""], ["check", ""]):
         code, line = run_cli(capsys, *argv)
-        assert code == 2 and f"argument {argv[-2]}: an empty path" in line, line
+        argument = "build_dir" if argv[0] == "check" else argv[-2]
+        assert code == 2 and f"argument {argument}: an empty path" in line, line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_build_to_read_that_is_not_a_directory_is_a_usage_error(capsys, tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for argv in (["check", str(a_file)], ["publish", "--build", str(a_file)], ["profile", "--kernel-dir", str(a_file)]):
+        code, line = run_cli(capsys, *argv)
+        assert code == 2 and line.endswith(f"{str(a_file)!r} is not a directory (see geglu-triton {argv[0]} --help)")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, a directory nothing can be created in")
+def test_an_output_directory_that_cannot_be_created_is_one_line(capsys, build_dir):
+    for command in ("bench", "profile"):
+        code, line = run_cli(capsys, command, "--kernel-dir", str(build_dir), "--out", "/proc/fused-geglu-results")
+        assert code == 1 and line.startswith(
+            f"geglu-triton {command}: error: cannot create the output directory /proc/fused-geglu-results: "
+        ), line
+
+
+def test_a_kernel_dir_that_does_not_load_is_a_usage_error(capsys, tmp_path, build_dir):
+    """A variant with a corrupt metadata.json or none at all: one line that says so and points at check, where
+    kernels' own exception was reported as unexpected."""
+    for breakage in ("corrupt", "missing"):
+        copy = tmp_path / breakage
+        shutil.copytree(build_dir, copy)
+        metadata = copy / "torch-cpu" / "metadata.json"
+        metadata.write_text("{") if breakage == "corrupt" else metadata.unlink()
+        code, line = run_cli(capsys, "bench", "--kernel-dir", str(copy), "--out", str(tmp_path / "results"))
+        assert code == 2 and line.startswith(f"geglu-triton bench: error: --kernel-dir: cannot load the build in {copy}")
+        assert line.endswith(f"`python -m geglu_triton check {copy}` names what is wrong with it"), line
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, a directory nothing can be created in")
@@ -194,7 +232,7 @@ def test_validators_accept_what_the_hub_accepts():
 def test_a_missing_kernel_dir_is_a_usage_error(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, line = run_cli(capsys, "bench", "--kernel-dir", str(tmp_path / "missing"))
-    assert code == 2 and "--kernel-dir" in line and "is not a directory" in line
+    assert code == 2 and f"argument --kernel-dir: {str(tmp_path / 'missing')!r} does not exist" in line, line
     assert list(tmp_path.iterdir()) == []  # no results directory for a run that never started
 
 
