@@ -148,6 +148,8 @@ def validate_repo_id(repo_id: str, *, option: str = "--repo-id") -> str:
 
 def validate_endpoint(endpoint: str, *, option: str = "--endpoint") -> str:
     """``endpoint`` without a trailing '/' when it is an http(s) URL; a UsageError otherwise."""
+    if not endpoint.strip():
+        raise UsageError(f"{option} is empty: give the Hub's URL (http://127.0.0.1:8080 for a local Hub)")
     parts = urlsplit(endpoint)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         guess = f"http://{endpoint}" if "://" not in endpoint else None

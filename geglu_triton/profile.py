@@ -44,7 +44,7 @@ from .benchmarking.grid import GEMMA3_1B, GEMMA_2B, GEMMA_MLPS, TINY_MLP, MLPMod
 from .benchmarking.report import md_cell
 from .benchmarking.timing import synchronize
 from .benchmarking.workloads import failure_text
-from .errors import directory_to_read, directory_to_write, make_directory, positive_int
+from .errors import UserError, directory_to_read, directory_to_write, make_directory, positive_int
 
 #: Forward passes (training steps) profiled per stage in each of the two passes (figures are per forward
 #: or step, over both passes), after WARMUP_CALLS unprofiled ones.
@@ -398,4 +398,7 @@ def run(args: argparse.Namespace) -> int:
     (out_dir / "profile.md").write_text(markdown, encoding="utf-8")
     print(markdown.split("\n## Each stage")[0], flush=True)
     print(f"wrote profile.json and profile.md in {out_dir}", flush=True)
+    failed = [stage for stage in stages if stage["status"] == "failed"]
+    if failed and len(failed) == len(stages):
+        raise UserError(f"every stage failed at {tokens} tokens, the first with: {failed[0]['reason']}")
     return 0

@@ -430,11 +430,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--build", type=directory_to_read, default=REPO_ROOT / "build", help="the build to publish (default: build/)"
     )
     parser.add_argument("--repo-id", help="the Hub kernel repository (default: [general.hub] repo-id of build.toml)")
-    parser.add_argument(
-        "--endpoint",
-        default=os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT),
-        help=f"the Hub URL (default: HF_ENDPOINT, else {DEFAULT_ENDPOINT})",
-    )
+    parser.add_argument("--endpoint", help=f"the Hub URL (default: HF_ENDPOINT, else {DEFAULT_ENDPOINT})")
     parser.add_argument(
         "--token", type=client_token, help="a Hub token (default: HF_TOKEN, else the stored login); never printed"
     )
@@ -447,7 +443,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    endpoint = validate_endpoint(args.endpoint)
+    if args.endpoint is not None:
+        endpoint = validate_endpoint(args.endpoint)
+    elif "HF_ENDPOINT" in os.environ:
+        endpoint = validate_endpoint(os.environ["HF_ENDPOINT"], option="HF_ENDPOINT")
+    else:
+        endpoint = DEFAULT_ENDPOINT
+    args.endpoint = endpoint  # what cli's error translation names
     if args.repo_id is not None:
         validate_repo_id(args.repo_id)
     # token=None makes huggingface_hub use HF_TOKEN or the stored login.

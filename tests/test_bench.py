@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from geglu_triton import REPO_ROOT, bench, profile
+from geglu_triton.errors import UserError
 from geglu_triton.benchmarking import accuracy, environment, grid, implementations, timing, workloads
 from geglu_triton.benchmarking.timing import (
     MAX_INPUT_SETS,
@@ -153,6 +154,14 @@ def test_profile_reports_every_stage(build_dir, tmp_path, monkeypatch):
         assert "need a GPU" in report["note"] and all(s.get("gpu") is None for s in report["stages"])
     markdown = (out / "profile.md").read_text()
     assert "| stage |" in markdown and "mlp-ours" in markdown
+
+
+def test_profile_where_every_stage_fails_is_an_error(build_dir, tmp_path):
+    """Too many tokens to allocate: the report is written, and the run fails (it exited 0 with nothing measured)."""
+    argv = ["--kernel-dir", str(build_dir), "--out", str(tmp_path), "--tokens", str(10**12)]
+    with pytest.raises(UserError, match=f"every stage failed at {10**12} tokens, the first with: "):
+        profile.run(_parse(profile, argv))
+    assert {stage["status"] for stage in json.loads((tmp_path / "profile.json").read_text())["stages"]} == {"failed"}
 
 
 def test_profile_training_runs_forward_and_backward(build_dir, tmp_path):

@@ -67,6 +67,31 @@ def test_a_malformed_endpoint_is_a_usage_error(capsys, endpoint, expected):
     assert code == 2 and f"--endpoint {endpoint!r}" in line and expected in line
 
 
+def test_an_endpoint_is_named_where_it_came_from(capsys, monkeypatch):
+    """HF_ENDPOINT's value is reported as HF_ENDPOINT's, not as an --endpoint the user never gave; empty is
+    said to be empty (it was offered 'did you mean http://?')."""
+    monkeypatch.setenv("HF_ENDPOINT", "localhost:8080")
+    code, line = run_cli(capsys, "publish", "--repo-id", "org/k")
+    assert code == 2 and "error: HF_ENDPOINT 'localhost:8080' is not an http:// or https:// URL" in line, line
+    code, line = run_cli(capsys, "publish", "--repo-id", "org/k", "--endpoint", "")
+    assert code == 2 and "error: --endpoint is empty: give the Hub's URL" in line, line
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--host", ""], "argument --host: an empty host: give an address to listen on"),
+        (["--trusted-org", ""], "argument --trusted-org: '' is not a valid organization name"),
+        (["--trusted-org", "bad org!"], "argument --trusted-org: 'bad org!' is not a valid organization name"),
+    ],
+)
+def test_hub_serve_refuses_an_empty_host_and_a_bad_organization(capsys, tmp_path, argv, expected):
+    """An empty --host listened on every interface and printed http://:PORT; any --trusted-org was taken."""
+    code, line = run_cli(capsys, "hub", "serve", "--data", str(tmp_path / "data"), "--port", "0", *argv)
+    assert code == 2 and line.startswith(f"geglu-triton hub: error: {expected}"), line
+    assert not (tmp_path / "data").exists()
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
@@ -328,6 +353,12 @@ def test_an_unexpected_error_is_one_line_and_verbose_adds_the_traceback(capsys, 
     assert main([*args, "--verbose"]) == 1
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and err.splitlines()[-1].endswith("unexpected TypeError: a bug")
+
+
+def test_hub_serve_takes_an_ipv6_address_as_urls_write_it():
+    from geglu_triton.hub.cli import _host
+
+    assert _host("[::1]") == _host("::1") == "::1"
 
 
 def test_hub_serve_on_a_taken_port(capsys, tmp_path, hub):

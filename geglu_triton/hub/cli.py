@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 
-from ..errors import UserError, check_token, directory_to_write, positive_int
+from ..errors import UsageError, UserError, check_token, directory_to_write, positive_int, validate_repo_id
 
 TOKEN_ENV_VAR = "GEGLU_HUB_TOKEN"
 
@@ -23,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "on the same --data is refused, and a server clears what a killed one left there when it starts. "
         "A commit body is streamed: the server holds about twice its largest file (base64) at a time.",
     )
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    serve.add_argument(
+        "--host", type=_host, default="127.0.0.1", help="address to listen on (default: %(default)s; 0.0.0.0: all)"
+    )
     serve.add_argument(
         "--port", type=_port, default=8080, help="port to listen on; 0 picks a free one (default: %(default)s)"
     )
@@ -36,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--trusted-org",
+        type=_organization,
         action="append",
         default=[],
         metavar="ORG",
@@ -58,6 +61,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "flight is about twice the largest file in it)",
     )
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
+def _host(text: str) -> str:
+    """An address to listen on; an IPv6 address may be given as in a URL (``[::1]``)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty host: give an address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)"
+        )
+    return text[1:-1] if text.startswith("[") and text.endswith("]") else text
+
+
+def _organization(text: str) -> str:
+    """A Hub namespace, as repository ids spell it."""
+    try:
+        validate_repo_id(f"{text}/name")
+    except UsageError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a valid organization name (letters, digits, '-', '_', '.'; at most 96; no leading or "
+            "trailing '-' or '.', no '--' or '..')"
+        ) from None
+    return text
 
 
 def _port(text: str) -> int:
