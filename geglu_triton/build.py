@@ -11,7 +11,9 @@ build.toml, in ``<out>/torch-<backend>/``:
   digest of the files above.
 
 The source must pass kernel-builder's layout hook first: ``torch-ext/<module>/__init__.py``
-exists and ``torch-ext/<module>/<module>`` does not.
+exists and ``torch-ext/<module>/<module>`` does not. Its Python modules must be
+UTF-8 text: kernel-builder's hooks read them so, and ``check`` would reject a
+build with another (see ``layout``).
 
 The same source gives the same bytes: files are copied verbatim, JSON is
 written with sorted keys, and nothing depends on time or on the machine. Each
@@ -59,6 +61,16 @@ def check_source_layout(config: KernelConfig) -> None:
             f"{nested}: the kernel package must not contain a {config.module_name!r} file or directory "
             "(the old nested layout); put its files directly in the package"
         )
+
+
+def check_source_modules(config: KernelConfig, files: list[str]) -> None:
+    """Refuse a package module that is not UTF-8 text (of ``files``, relative to the package); raises BuildError."""
+    for relpath in filter(layout.is_python_module, files):
+        path = config.package_dir / relpath
+        try:
+            layout.read_python_module(path)
+        except ValueError as err:
+            raise BuildError(f"{path}: {err}; kernel-builder reads Python modules as UTF-8, save it so") from None
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -148,6 +160,7 @@ def build_variants(out_dir: Path, source_root: Path = REPO_ROOT) -> list[Path]:
     identity = source_identity(config)
     builder = {"version": BUILDER_VERSION, **_git_provenance(REPO_ROOT)}
     files = layout.package_source_files(config.package_dir, config.pyext)
+    check_source_modules(config, files)
     ops_source = render_ops_module(config.module_name, identity.unique_id)
 
     names = {backend: layout.variant_dir_name(backend) for backend in config.backends}

@@ -6,6 +6,23 @@ exactly as kernel-builder does, so a file that kernel-builder would reject
 ``source`` URL) is rejected here too. The fields that ``Build`` does not
 expose to Python (name, version, license, upstream, source, hub repo-id,
 pyext, python-depends) are then read from the same file with tomllib.
+The ``[torch-noarch]`` table is looked for first, with tomllib, so that a
+source of another kind of kernel is told so rather than given the parser's
+message about its framework enum.
+
+Some fields are checked further than ``Build.open`` does, so that a mistake
+fails the build with a message instead of giving a wrong one:
+
+- ``backends`` lists each backend once;
+- ``pyext`` lists extensions without dots, ``"py"`` among them (without it the
+  package's modules, ``__init__.py`` first, would not be built);
+- ``cuda_capabilities`` are compute capabilities in the forms kernel-builder
+  writes and kernels' loader parses: ``"8.0"``, with an architecture-specific
+  ``a`` or family-specific ``f`` suffix (``"9.0a"``, ``"10.0f"``), optionally
+  ``+PTX`` (``"9.0+PTX"``); ``rocm_archs`` are ``gfx`` processor names without
+  feature flags (``"gfx942"``, ``"gfx90a"``), the form kernels compares the
+  device's name with. Neither list may be empty: leaving the key out is what
+  means every architecture.
 
 ``python-depends`` entries are checked the way kernel-builder checks them at
 build time, which ``Build.open`` does not: each name of ``[general]`` must be
@@ -32,6 +49,7 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -51,7 +69,20 @@ BUILD_TOML = "build.toml"
 #: The python-depends names kernels (and kernel-builder) know, shipped inside the kernels package.
 PYTHON_DEPENDS_RESOURCE = ("kernels", "python_depends.json")
 TORCH_EXT_DIR = "torch-ext"
+NOARCH_TABLE = "torch-noarch"
 DEFAULT_PYEXT = ("py", "pyi")
+#: The extension of the package's modules, which ``pyext`` must include.
+PYTHON_EXT = "py"
+#: [torch-noarch] key -> (backend, pattern of an entry, what an entry is, examples).
+ARCH_KEYS = {
+    "cuda_capabilities": (
+        "cuda",
+        re.compile(r"[0-9]+\.[0-9]+[af]?(\+PTX)?"),
+        "a CUDA compute capability",
+        '"8.0", "9.0a", "10.0f", "9.0+PTX"',
+    ),
+    "rocm_archs": ("rocm", re.compile(r"gfx[0-9a-f]+"), "a ROCm processor name", '"gfx942", "gfx90a"'),
+}
 _SHORT_ID_LENGTH = 7
 
 
@@ -127,21 +158,59 @@ def _check_python_depends(toml_path: Path, general: dict, backends: tuple[str, .
             )
 
 
+def _check_backends(toml_path: Path, backends: tuple[str, ...]) -> None:
+    """Reject a backend listed twice, which Build.open accepts."""
+    repeated = sorted({backend for backend in backends if backends.count(backend) > 1})
+    if repeated:
+        raise ConfigError(f"{toml_path}: [general] backends lists {', '.join(map(repr, repeated))} more than once")
+
+
+def _check_noarch(toml_path: Path, noarch: dict) -> None:
+    """Reject a ``pyext``, ``cuda_capabilities`` or ``rocm_archs`` that Build.open accepts but cannot build right."""
+    pyext = noarch.get("pyext", DEFAULT_PYEXT)
+    for ext in pyext:
+        if not ext or "." in ext:
+            raise ConfigError(
+                f"{toml_path}: [{NOARCH_TABLE}] pyext entry {ext!r} is not an extension: write extensions without "
+                f'dots, e.g. "{PYTHON_EXT}", "json"'
+            )
+    if PYTHON_EXT not in pyext:
+        raise ConfigError(
+            f'{toml_path}: [{NOARCH_TABLE}] pyext {list(pyext)} lacks "{PYTHON_EXT}": the package\'s Python modules '
+            "would not be built"
+        )
+    for key, (_, pattern, what, examples) in ARCH_KEYS.items():
+        archs = noarch.get(key)
+        if archs is None:
+            continue
+        if not archs:
+            raise ConfigError(
+                f"{toml_path}: [{NOARCH_TABLE}] {key} is empty; leave it out to support every architecture"
+            )
+        for arch in archs:
+            if not pattern.fullmatch(arch):
+                raise ConfigError(
+                    f"{toml_path}: [{NOARCH_TABLE}] {key} entry {arch!r} is not {what} (e.g. {examples})"
+                )
+
+
 def read_config(root: Path) -> KernelConfig:
     """Read and validate ``root/build.toml``; a ConfigError names what is wrong."""
     toml_path = root / BUILD_TOML
     if not toml_path.is_file():
         raise ConfigError(f"{toml_path}: no build.toml (is {root} a kernel source directory?)")
     try:
+        with toml_path.open("rb") as f:
+            raw = tomllib.load(f)
+    except (OSError, ValueError) as err:  # unreadable, not UTF-8, not TOML
+        raise ConfigError(f"{toml_path}: not a readable TOML file: {err}") from err
+    if NOARCH_TABLE not in raw:
+        raise ConfigError(f"{toml_path}: no [{NOARCH_TABLE}] table; this toolkit builds noarch (Triton) kernels only")
+    try:
         build = Build.open(root)
     except ValueError as err:
         raise ConfigError(f"build.toml rejected by kernels-data: {err}") from err
-    with toml_path.open("rb") as f:
-        raw = tomllib.load(f)
 
-    noarch = raw.get("torch-noarch")
-    if noarch is None:
-        raise ConfigError(f"{toml_path}: no [torch-noarch] table; this toolkit builds noarch (Triton) kernels only")
     with_kernel_depends = [str(b) for b in build.general.backends if build.all_kernel_depends(b)]
     if with_kernel_depends:
         raise ConfigError(
@@ -149,10 +218,11 @@ def read_config(root: Path) -> KernelConfig:
         )
 
     # Build.open has validated every field read below: present where required, well typed.
-    general = raw["general"]
+    general, noarch = raw["general"], raw[NOARCH_TABLE]
     backends = tuple(str(backend) for backend in build.general.backends)
+    _check_backends(toml_path, backends)
+    _check_noarch(toml_path, noarch)
     _check_python_depends(toml_path, general, backends)
-    arch_keys = {"cuda": "cuda_capabilities", "rocm": "rocm_archs"}
     return KernelConfig(
         root=root,
         name=general["name"],
@@ -168,7 +238,7 @@ def read_config(root: Path) -> KernelConfig:
             + tuple(general.get(backend, {}).get("python-depends", []))
             for backend in backends
         },
-        archs={backend: tuple(noarch[key]) for backend, key in arch_keys.items() if key in noarch},
+        archs={backend: tuple(noarch[key]) for key, (backend, *_) in ARCH_KEYS.items() if key in noarch},
     )
 
 

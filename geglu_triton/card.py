@@ -30,7 +30,7 @@ _LAYERS_EXPORT = "layers"
 
 def exported_names(init_path: Path) -> list[str]:
     """The string entries of a module-level ``__all__ = [...]`` (or tuple) in ``init_path``; [] if none."""
-    tree = ast.parse(init_path.read_text(), filename=str(init_path))
+    tree = ast.parse(init_path.read_text(encoding="utf-8"), filename=str(init_path))
     for node in tree.body:
         if (
             isinstance(node, ast.Assign)
@@ -45,7 +45,7 @@ def layer_classes(package_dir: Path) -> list[str]:
     """The top-level classes of the package's ``layers`` module (``layers.py`` or ``layers/__init__.py``)."""
     for path in (package_dir / "layers.py", package_dir / "layers" / layout.INIT_FILE):
         if path.is_file():
-            tree = ast.parse(path.read_text(), filename=str(path))
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
             return [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
     return []
 

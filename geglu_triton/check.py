@@ -4,17 +4,19 @@ What is checked, per variant directory of the build:
 
 - layout: one ``torch-<backend>`` directory for each backend of build.toml and
   no other directory; each has a flat ``__init__.py`` and the generated
-  ``_ops.py``; no bytecode (``__pycache__``, ``*.pyc``): kernel-builder's
-  output never holds any;
+  ``_ops.py``; no bytecode (``__pycache__``, ``*.pyc``) and no symbolic link
+  (a broken one is named as such): kernel-builder's output never holds any
+  (see ``layout``);
 - metadata.json: kernels-data parses it; it has a ``kernels-minver``; ``name``,
   ``version``, ``upstream`` and ``source`` are those of build.toml;
   ``backend.type`` is the backend the directory is named for; ``id`` is the
   namespace that the variant's ``_ops.py`` gives that backend;
 - digest: kernels-data's ``Digest.hash_variant`` of the files validates
   against the digest metadata.json records;
-- op registrations: kernel-builder's torch-ops check, exactly: in every ``.py``
-  file, a decorator of a top-level function or class that is a call with at
-  least one positional argument, to a function named (bare or as the last
+- op registrations: kernel-builder's torch-ops check, exactly: every ``.py``
+  file is UTF-8 text (as the check reads it) and valid Python, and in each, a
+  decorator of a top-level function or class that is a call with at least one
+  positional argument, to a function named (bare or as the last
   attribute: ``torch.library.custom_op``, ``op.register_fake``) ``custom_op``,
   ``triton_op``, ``register_kernel``, ``register_fake``, ``register_vmap`` or
   ``register_torch_dispatch``, must take a call to ``add_op_namespace_prefix``
@@ -35,7 +37,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from kernels._rust import Digest, DigestValidationError, Metadata
 
@@ -112,6 +114,13 @@ def _check_layout(variant: Path, where: str) -> list[Violation]:
         Violation("layout", f"{where}/{path}", "Python bytecode must not be part of a build")
         for path in layout.bytecode_paths(variant)
     ]
+    for path in layout.symlinks(variant):
+        target = os.readlink(variant / path)
+        if (variant / path).exists():
+            message = f"a symbolic link (to {target}); a build holds plain files"
+        else:
+            message = f"a broken symbolic link (to {target})"
+        violations.append(Violation("layout", f"{where}/{path}", message))
     return violations
 
 
@@ -147,6 +156,8 @@ def _check_metadata(variant: Path, where: str, backend: str, config: KernelConfi
     if (variant / layout.OPS_FILE).is_file():
         try:
             module_name, unique_id = read_ops_identity(variant / layout.OPS_FILE)
+        except UnicodeDecodeError:
+            pass  # not UTF-8 text: the op-registration check reports it
         except ValueError as err:
             violations.append(Violation("layout", f"{where}/{layout.OPS_FILE}", str(err)))
         else:
@@ -161,16 +172,23 @@ def _check_metadata(variant: Path, where: str, backend: str, config: KernelConfi
             metadata.digest.validate(Digest.hash_variant(metadata.digest.algorithm, variant))
         except DigestValidationError as err:
             violations += [Violation("digest", where, str(v)) for v in err.violations]
+        except OSError as err:  # a link it cannot follow, which the layout check reports
+            violations.append(Violation("digest", where, f"kernels-data cannot hash the files: {err}"))
     return violations
 
 
 def _check_op_registrations(variant: Path, where: str) -> list[Violation]:
     violations = []
     for relpath in layout.shipped_files(variant):
-        if PurePosixPath(relpath).suffix != ".py":
+        if not layout.is_python_module(relpath):
             continue
         try:
-            found = unprefixed_registrations((variant / relpath).read_text(), relpath)
+            source = layout.read_python_module(variant / relpath)
+        except ValueError as err:
+            violations.append(Violation("ops", f"{where}/{relpath}", str(err)))
+            continue
+        try:
+            found = unprefixed_registrations(source, relpath)
         except SyntaxError as err:
             violations.append(Violation("ops", f"{where}/{relpath}", f"not valid Python: {err}"))
             continue

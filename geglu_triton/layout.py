@@ -9,7 +9,12 @@ kernel-builder's noarch output and kernels-data's digest:
   of a variant: it is never copied in, never digested, never uploaded;
 - the digest covers every other regular file of the variant except the
   top-level ``metadata.json`` (which stores the digest) and its detached
-  signature ``metadata.json.sigstore``.
+  signature ``metadata.json.sigstore``;
+- a variant holds plain files and directories, no symbolic link: kernel-builder
+  copies files, the Hub stores the bytes a link points to rather than the
+  link, and kernels-data cannot hash a variant with a broken one;
+- Python modules (``*.py``) are UTF-8 text, as kernel-builder's hooks read them
+  (a PEP 263 coding declaration does not count).
 
 Paths inside a variant are relative POSIX strings (``"layers.py"``,
 ``"sub/mod.py"``), the form used in the digest and on the Hub.
@@ -48,6 +53,28 @@ def is_bytecode(relpath: str | PurePosixPath) -> bool:
 def _regular_files(directory: Path) -> list[str]:
     """Every regular file under ``directory`` (symlinks followed), as sorted POSIX paths."""
     return sorted(path.relative_to(directory).as_posix() for path in directory.rglob("*") if path.is_file())
+
+
+def symlinks(directory: Path) -> list[str]:
+    """Every symbolic link under ``directory``, broken or not, as sorted POSIX paths; links are not followed."""
+    return sorted(path.relative_to(directory).as_posix() for path in directory.rglob("*") if path.is_symlink())
+
+
+def is_python_module(relpath: str | PurePosixPath) -> bool:
+    """Whether a relative path is a Python module (``*.py``), the files kernel-builder's hooks read as text."""
+    return PurePosixPath(relpath).suffix == ".py"
+
+
+def read_python_module(path: Path) -> str:
+    """The text of a Python module, read as kernel-builder's hooks read it: UTF-8.
+
+    Raises ValueError, ``"not UTF-8 text (byte 0xff at offset 0)"``, for other bytes.
+    """
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"not UTF-8 text (byte {data[err.start]:#04x} at offset {err.start})") from None
 
 
 def bytecode_paths(directory: Path) -> list[str]:

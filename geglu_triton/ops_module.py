@@ -86,7 +86,7 @@ def read_ops_identity(ops_path: Path) -> tuple[str, str]:
     Raises ValueError, naming the file, when it is not a generated ops module.
     """
     try:
-        tree = ast.parse(ops_path.read_text(), filename=str(ops_path))
+        tree = ast.parse(ops_path.read_text(encoding="utf-8"), filename=str(ops_path))
     except SyntaxError as err:
         raise ValueError(f"{ops_path}: not valid Python: {err}") from err
     constants = {

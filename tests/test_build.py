@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import compileall
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
+from huggingface_hub import HfApi
 from kernel_sources import copy_kernel_source, git
 from kernels._rust import Digest, DigestAlgorithm, Metadata
 
@@ -15,6 +17,7 @@ from geglu_triton import layout
 from geglu_triton.build import KERNELS_MINVER, BuildError, build_variants
 from geglu_triton.buildinfo import ConfigError, read_config
 from geglu_triton.check import check_build
+from geglu_triton.publish import PublishError, publish
 
 BACKENDS = ("cpu", "cuda", "rocm", "xpu")
 
@@ -198,14 +201,19 @@ def test_check_reports_an_id_that_is_not_the_ops_namespace(broken, source):
     )
 
 
+def redigest(variant: Path) -> None:
+    """Make a variant's recorded digest match its files again, after a test changed them."""
+    path = variant / "metadata.json"
+    data = json.loads(path.read_text())
+    data["digest"]["files"] = layout.digest_files(variant)
+    path.write_text(json.dumps(data))
+
+
 def test_check_reports_a_build_that_does_not_import(broken, source, tmp_path):
     # A broken package, with its digest made to match: only the import can tell.
     for variant in layout.discover_variants(broken):
         (variant / "__init__.py").write_text("raise ImportError('deliberately broken')\n")
-        path = variant / "metadata.json"
-        data = json.loads(path.read_text())
-        data["digest"]["files"] = layout.digest_files(variant)
-        path.write_text(json.dumps(data))
+        redigest(variant)
     [violation] = check_build(broken, source_root=source)
     assert violation.check == "import" and "deliberately broken" in violation.message
 
@@ -269,3 +277,106 @@ def test_unknown_python_depends_are_refused_at_build_time(tmp_path, general, tab
     with pytest.raises(ConfigError, match=message):
         build_variants(tmp_path / "build", source)
     assert not (tmp_path / "build").exists()
+
+
+# --- files a build must not hold: check reports them, publish refuses them ---------
+
+
+def not_utf8(name: str):
+    def damage(variant: Path) -> None:
+        (variant / name).write_bytes(b"# caf\xe9 in Latin-1\n")
+        redigest(variant)
+
+    return damage
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (not_utf8("_ops.py"), "[ops] torch-cpu/_ops.py: not UTF-8 text (byte 0xe9 at offset 5)"),
+        (not_utf8("extra.py"), "[ops] torch-cpu/extra.py: not UTF-8 text (byte 0xe9 at offset 5)"),
+        (
+            lambda variant: (variant / "dangling.py").symlink_to("nowhere.py"),
+            "[layout] torch-cpu/dangling.py: a broken symbolic link (to nowhere.py)",
+        ),
+        (
+            lambda variant: (variant / "alias.py").symlink_to("layers.py"),
+            "[layout] torch-cpu/alias.py: a symbolic link (to layers.py); a build holds plain files",
+        ),
+    ],
+    ids=["_ops.py not UTF-8", "a module not UTF-8", "broken symlink", "symlink"],
+)
+def test_check_reports_and_publish_refuses_a_file_a_build_must_not_hold(broken, source, damage, expected):
+    damage(broken / "torch-cpu")
+    found = violations_of(broken, source)
+    assert found[0] == expected, found
+    if "symbolic link" not in expected:
+        assert found == [expected]
+    with pytest.raises(PublishError, match=re.escape(f"it fails `check` ({expected}")):
+        publish(broken, "org/fused-geglu", api=HfApi(endpoint="http://127.0.0.1:9"), source_root=source, dry_run=True)
+
+
+def test_build_refuses_a_module_that_is_not_utf8(tmp_path):
+    source = copy_kernel_source(tmp_path / "source")
+    module = source / "torch-ext" / "fused_geglu" / "latin1.py"
+    module.write_bytes(b"# -*- coding: latin-1 -*-\n# caf\xe9\n")
+    with pytest.raises(BuildError, match=re.escape(f"{module}: not UTF-8 text (byte 0xe9 at offset 31)")):
+        build_variants(tmp_path / "build", source)
+    assert not (tmp_path / "build").exists()
+
+
+# --- build.toml mistakes that kernels-data accepts or reports unclearly -----------------
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda toml: toml.replace("[torch-noarch]\n", ""), r"no \[torch-noarch\] table; this toolkit builds noarch"),
+        (lambda toml: toml + "[[[\n", "build.toml: not a readable TOML file: "),
+        (lambda toml: toml + "pyext = []\n", r'pyext \[\] lacks "py": the package\'s Python modules would not'),
+        (lambda toml: toml + 'pyext = ["json"]\n', r"pyext \['json'\] lacks \"py\""),
+        (lambda toml: toml + 'pyext = [""]\n', "pyext entry '' is not an extension: write extensions without dots"),
+        (lambda toml: toml + 'pyext = [".py"]\n', "pyext entry '.py' is not an extension"),
+        (
+            lambda toml: toml + 'cuda_capabilities = ["banana"]\n',
+            r"cuda_capabilities entry 'banana' is not a CUDA compute capability \(e.g. \"8.0\", \"9.0a\"",
+        ),
+        (lambda toml: toml + 'cuda_capabilities = ["sm_90"]\n', "cuda_capabilities entry 'sm_90' is not a CUDA"),
+        (lambda toml: toml + "cuda_capabilities = []\n", "cuda_capabilities is empty; leave it out"),
+        (lambda toml: toml + 'rocm_archs = ["gfx90a:xnack-"]\n', "rocm_archs entry 'gfx90a:xnack-' is not a ROCm"),
+        (
+            lambda toml: toml.replace('backends = ["cpu", "cuda"]', 'backends = ["cuda", "cpu", "cuda"]'),
+            r"\[general\] backends lists 'cuda' more than once",
+        ),
+    ],
+    ids=[
+        "no torch-noarch",
+        "not TOML",
+        "empty pyext",
+        "pyext without py",
+        "empty extension",
+        "dotted extension",
+        "bad capability",
+        "sm capability",
+        "empty capabilities",
+        "rocm feature flags",
+        "backend twice",
+    ],
+)
+def test_build_toml_mistakes_are_refused_with_what_is_wrong(tmp_path, edit, message):
+    source = tiny_source(tmp_path / "source")
+    toml = source / "build.toml"
+    toml.write_text(edit(toml.read_text()))
+    with pytest.raises(ConfigError, match=message) as raised:
+        build_variants(tmp_path / "build", source)
+    assert str(raised.value).startswith(f"{toml}: ")
+    assert not (tmp_path / "build").exists()
+
+
+def test_every_capability_form_kernels_parses_reaches_the_metadata(tmp_path):
+    source = tiny_source(tmp_path / "source")
+    toml = source / "build.toml"
+    toml.write_text(toml.read_text() + 'cuda_capabilities = ["8.0", "9.0a", "10.0f", "12.0+PTX"]\n')
+    build_variants(tmp_path / "build", source)
+    assert metadata_of(tmp_path / "build" / "torch-cuda").backend.archs == ["8.0", "9.0a", "10.0f", "12.0+PTX"]
+    assert metadata_of(tmp_path / "build" / "torch-cpu").backend.archs is None
