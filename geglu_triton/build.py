@@ -64,7 +64,11 @@ def check_source_layout(config: KernelConfig) -> None:
 
 
 def check_source_modules(config: KernelConfig, files: list[str]) -> None:
-    """Refuse a package module that is not UTF-8 text (of ``files``, relative to the package); raises BuildError."""
+    """Refuse a broken symbolic link in the package (its file would be left out silently) and a module of ``files``
+    (relative to the package) that is not UTF-8 text; raises BuildError."""
+    for relpath in layout.symlinks(config.package_dir):
+        if not (config.package_dir / relpath).exists():
+            raise BuildError(f"{config.package_dir / relpath}: a broken symbolic link; the build would leave it out")
     for relpath in filter(layout.is_python_module, files):
         path = config.package_dir / relpath
         try:

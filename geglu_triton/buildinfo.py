@@ -165,7 +165,7 @@ def _check_backends(toml_path: Path, backends: tuple[str, ...]) -> None:
         raise ConfigError(f"{toml_path}: [general] backends lists {', '.join(map(repr, repeated))} more than once")
 
 
-def _check_noarch(toml_path: Path, noarch: dict) -> None:
+def _check_noarch(toml_path: Path, noarch: dict, backends: tuple[str, ...]) -> None:
     """Reject a ``pyext``, ``cuda_capabilities`` or ``rocm_archs`` that Build.open accepts but cannot build right."""
     pyext = noarch.get("pyext", DEFAULT_PYEXT)
     for ext in pyext:
@@ -179,7 +179,7 @@ def _check_noarch(toml_path: Path, noarch: dict) -> None:
             f'{toml_path}: [{NOARCH_TABLE}] pyext {list(pyext)} lacks "{PYTHON_EXT}": the package\'s Python modules '
             "would not be built"
         )
-    for key, (_, pattern, what, examples) in ARCH_KEYS.items():
+    for key, (backend, pattern, what, examples) in ARCH_KEYS.items():
         archs = noarch.get(key)
         if archs is None:
             continue
@@ -192,6 +192,11 @@ def _check_noarch(toml_path: Path, noarch: dict) -> None:
                 raise ConfigError(
                     f"{toml_path}: [{NOARCH_TABLE}] {key} entry {arch!r} is not {what} (e.g. {examples})"
                 )
+        if backend not in backends:
+            raise ConfigError(
+                f"{toml_path}: [{NOARCH_TABLE}] {key} is given, but {backend!r} is not in [general] backends: "
+                "no variant would use it"
+            )
 
 
 def read_config(root: Path) -> KernelConfig:
@@ -221,7 +226,7 @@ def read_config(root: Path) -> KernelConfig:
     general, noarch = raw["general"], raw[NOARCH_TABLE]
     backends = tuple(str(backend) for backend in build.general.backends)
     _check_backends(toml_path, backends)
-    _check_noarch(toml_path, noarch)
+    _check_noarch(toml_path, noarch, backends)
     _check_python_depends(toml_path, general, backends)
     return KernelConfig(
         root=root,

@@ -316,6 +316,15 @@ def test_check_reports_and_publish_refuses_a_file_a_build_must_not_hold(broken, 
         publish(broken, "org/fused-geglu", api=HfApi(endpoint="http://127.0.0.1:9"), source_root=source, dry_run=True)
 
 
+def test_build_refuses_a_broken_symbolic_link_in_the_package(tmp_path):
+    source = copy_kernel_source(tmp_path / "source")
+    link = source / "torch-ext" / "fused_geglu" / "helpers.py"
+    link.symlink_to("missing.py")
+    with pytest.raises(BuildError, match=re.escape(f"{link}: a broken symbolic link; the build would leave it out")):
+        build_variants(tmp_path / "build", source)
+    assert not (tmp_path / "build").exists()
+
+
 def test_build_refuses_a_module_that_is_not_utf8(tmp_path):
     source = copy_kernel_source(tmp_path / "source")
     module = source / "torch-ext" / "fused_geglu" / "latin1.py"
@@ -345,6 +354,10 @@ def test_build_refuses_a_module_that_is_not_utf8(tmp_path):
         (lambda toml: toml + "cuda_capabilities = []\n", "cuda_capabilities is empty; leave it out"),
         (lambda toml: toml + 'rocm_archs = ["gfx90a:xnack-"]\n', "rocm_archs entry 'gfx90a:xnack-' is not a ROCm"),
         (
+            lambda toml: toml.replace('"cpu", "cuda"]', '"cpu"]') + 'cuda_capabilities = ["9.0"]\n',
+            "cuda_capabilities is given, but 'cuda' is not in \\[general\\] backends: no variant would use it",
+        ),
+        (
             lambda toml: toml.replace('backends = ["cpu", "cuda"]', 'backends = ["cuda", "cpu", "cuda"]'),
             r"\[general\] backends lists 'cuda' more than once",
         ),
@@ -360,6 +373,7 @@ def test_build_refuses_a_module_that_is_not_utf8(tmp_path):
         "sm capability",
         "empty capabilities",
         "rocm feature flags",
+        "capabilities without the backend",
         "backend twice",
     ],
 )
