@@ -64,11 +64,15 @@ def check_source_layout(config: KernelConfig) -> None:
 
 
 def check_source_modules(config: KernelConfig, files: list[str]) -> None:
-    """Refuse a broken symbolic link in the package (its file would be left out silently) and a module of ``files``
-    (relative to the package) that is not UTF-8 text; raises BuildError."""
+    """Refuse a broken symbolic link in the package and one to a directory (the build would leave their files out
+    silently: a directory walk does not follow links), and a module of ``files`` (relative to the package) that
+    is not UTF-8 text; raises BuildError."""
     for relpath in layout.symlinks(config.package_dir):
-        if not (config.package_dir / relpath).exists():
-            raise BuildError(f"{config.package_dir / relpath}: a broken symbolic link; the build would leave it out")
+        path = config.package_dir / relpath
+        if not path.exists():
+            raise BuildError(f"{path}: a broken symbolic link; the build would leave it out")
+        if path.is_dir():
+            raise BuildError(f"{path}: a symbolic link to a directory; the build would leave its files out")
     for relpath in filter(layout.is_python_module, files):
         path = config.package_dir / relpath
         try:

@@ -316,11 +316,19 @@ def test_check_reports_and_publish_refuses_a_file_a_build_must_not_hold(broken, 
         publish(broken, "org/fused-geglu", api=HfApi(endpoint="http://127.0.0.1:9"), source_root=source, dry_run=True)
 
 
-def test_build_refuses_a_broken_symbolic_link_in_the_package(tmp_path):
+@pytest.mark.parametrize("target", ["missing.py", "a directory"])
+def test_build_refuses_a_symbolic_link_whose_files_it_would_leave_out(tmp_path, target):
     source = copy_kernel_source(tmp_path / "source")
-    link = source / "torch-ext" / "fused_geglu" / "helpers.py"
-    link.symlink_to("missing.py")
-    with pytest.raises(BuildError, match=re.escape(f"{link}: a broken symbolic link; the build would leave it out")):
+    link = source / "torch-ext" / "fused_geglu" / "helpers"
+    if target == "a directory":
+        (tmp_path / "elsewhere").mkdir()
+        (tmp_path / "elsewhere" / "helper.py").write_text("VALUE = 1\n")
+        link.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+        expected = "a symbolic link to a directory; the build would leave its files out"
+    else:
+        link.symlink_to(target)
+        expected = "a broken symbolic link; the build would leave it out"
+    with pytest.raises(BuildError, match=re.escape(f"{link}: {expected}")):
         build_variants(tmp_path / "build", source)
     assert not (tmp_path / "build").exists()
 

@@ -81,6 +81,7 @@ def test_an_endpoint_is_named_where_it_came_from(capsys, monkeypatch):
     ("argv", "expected"),
     [
         (["--host", ""], "argument --host: an empty host: give an address to listen on"),
+        (["--host", "[]"], "argument --host: an empty host: give an address to listen on"),
         (["--trusted-org", ""], "argument --trusted-org: '' is not a valid organization name"),
         (["--trusted-org", "bad org!"], "argument --trusted-org: 'bad org!' is not a valid organization name"),
     ],

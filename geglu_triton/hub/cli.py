@@ -65,11 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _host(text: str) -> str:
     """An address to listen on; an IPv6 address may be given as in a URL (``[::1]``)."""
-    if not text.strip():
+    host = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    if not host.strip():
         raise argparse.ArgumentTypeError(
             "an empty host: give an address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)"
         )
-    return text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    return host
 
 
 def _organization(text: str) -> str:
