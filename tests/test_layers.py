@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import types
+import warnings
 from unittest import mock
 
 import pytest
@@ -187,11 +188,27 @@ def test_what_the_kernels_would_not_compute_runs_the_module_forward(kernel):
     plain_weight.up_proj.weight = weight
     x = randn(3, 16)
     for module in (hooked, subclassed, plain_weight):
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the hooked one's (next test)
             reference = module(x)
             ours = _with_kernel_forward(module, kernel.layers.GeGLUMLP)(x)
         assert rel_error(ours, reference) <= 1e-6
     assert not hooked(x).any()
+
+
+def test_a_hooked_activation_is_warned_of_once_per_class(kernel):
+    """DeepSpeed ZeRO-3 hooks every module: its MLPs run unfused, and the user is told why, once."""
+    class HookedMLP(GeGLUMLPModule):
+        pass
+
+    module = _with_kernel_forward(HookedMLP(nn.GELU(approximate="tanh")), kernel.layers.GeGLUMLP)
+    module.act_fn.register_forward_pre_hook(lambda *_: None)
+    x = randn(3, 16)
+    with pytest.warns(RuntimeWarning, match="a HookedMLP whose act_fn has hooks runs its own forward, unfused"):
+        module(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module(x)
 
 
 def test_forward_mode_ad_and_function_transforms_run_the_module_forward(kernel):

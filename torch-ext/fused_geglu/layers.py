@@ -9,6 +9,8 @@ need they read from the module they run on (``self``).
 
 from __future__ import annotations
 
+import functools
+import warnings
 from typing import Optional
 
 import torch
@@ -58,9 +60,10 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
 
     None where the activation is not a GELU (``activation_gelu_form``), and
     where the module's forward does more than the GeGLU at this moment: an
-    ``act_fn`` with hooks (which the fused kernels would not call; a forward
-    bound on it is what ``kernelize`` binds to transformers' activations, their
-    own or a Hub kernel's of the same function);
+    ``act_fn`` with hooks (which the fused kernels would not call; warned of
+    once per class, since DeepSpeed ZeRO-3 hooks every module and so unfuses
+    every such MLP; a forward bound on it is what ``kernelize`` binds to
+    transformers' activations, their own or a Hub kernel's of the same function);
     Gemma 3n's MLP in the layers that set ``activation_sparsity`` (a Gaussian
     top-k of the gate before the GELU), and T5Gemma's while its ``dropout``
     (on the GeGLU output) is in training mode with p > 0 (a ``dropout`` with
@@ -73,9 +76,23 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
     dropout = submodules.get("dropout")
     dropping_out = dropout is not None and dropout.training and getattr(dropout, "p", 1.0)
     act_fn = submodules.get("act_fn")
-    if state.get("activation_sparsity", 0.0) or dropping_out or (act_fn is not None and _is_hooked(act_fn)):
+    if act_fn is not None and _is_hooked(act_fn):
+        _warn_that_hooks_unfuse(type(module).__name__)
+        return None
+    if state.get("activation_sparsity", 0.0) or dropping_out:
         return None
     return activation_gelu_form(module)
+
+
+@functools.cache
+def _warn_that_hooks_unfuse(mlp_class: str) -> None:
+    """Once per MLP class: a hooked activation runs the module's own forward."""
+    warnings.warn(
+        f"fused-geglu: a {mlp_class} whose act_fn has hooks runs its own forward, unfused, so that the hooks run "
+        "(DeepSpeed ZeRO-3 hooks every module); remove them from act_fn to fuse it",
+        RuntimeWarning,
+        stacklevel=3,  # the layer's forward
+    )
 
 
 def activation_gelu_form(module: nn.Module) -> Optional[str]:
