@@ -10,6 +10,9 @@ from __future__ import annotations
 import torch
 import torch.autograd.forward_ad as forward_ad
 
+#: Tensor types whose data the kernels may read as a plain matrix (not a subclass: FakeTensor, DTensor, ...).
+PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
 #: Storage dtypes the kernels load and store (math is always fp32).
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -24,6 +27,9 @@ def _same_device(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.device == b.device
 
 
+_functorch_transforms_active = torch._C._are_functorch_transforms_active
+
+
 def function_transform_active() -> bool:
     """Whether forward-mode AD (inside ``forward_ad.dual_level``) or a torch.func transform (vmap, grad, jvp) is on.
 
@@ -35,7 +41,7 @@ def function_transform_active() -> bool:
     every torch 2 release; tests/test_training.py fails if either stops
     meaning this. torch.compile reads both as constants (no graph break).
     """
-    return forward_ad._current_level >= 0 or torch._C._are_functorch_transforms_active()
+    return forward_ad._current_level >= 0 or _functorch_transforms_active()
 
 
 def check_no_function_transform() -> None:

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from . import ops
 from .checks import (
+    PLAIN_TENSOR_TYPES,
     check_concat,
     check_down_proj,
     check_gate_up,
@@ -26,9 +27,6 @@ from .checks import (
     check_out,
     concat_output_shape,
 )
-
-#: Tensors whose data the implementations may read directly, in eager mode.
-_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 def _needs_registered_op(*tensors: Optional[torch.Tensor]) -> bool:
@@ -44,7 +42,7 @@ def _needs_registered_op(*tensors: Optional[torch.Tensor]) -> bool:
         return True
     check_no_function_transform()
     for tensor in tensors:
-        if tensor is not None and (type(tensor) not in _PLAIN_TENSOR_TYPES or tensor.is_meta):
+        if tensor is not None and (type(tensor) not in PLAIN_TENSOR_TYPES or tensor.is_meta):
             return True
     return False
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checks import SUPPORTED_DTYPES, function_transform_active
+from .checks import PLAIN_TENSOR_TYPES, SUPPORTED_DTYPES, function_transform_active
 from .functional import geglu, geglu_concat, geglu_down_proj, geglu_linear, geglu_mlp
 
 # transformers (5.22+) finds the module it builds in place of a mapped Gemma MLP
@@ -136,7 +136,7 @@ def is_plain_linear(module: nn.Module) -> bool:
         type(module) is nn.Linear
         and "forward" not in module.__dict__
         and not _is_hooked(module)
-        and type(module._parameters.get("weight")) in (nn.Parameter, torch.Tensor)
+        and type(module._parameters.get("weight")) in PLAIN_TENSOR_TYPES
     )
 
 
