@@ -211,9 +211,10 @@ def test_a_hooked_activation_is_warned_of_once_per_class(kernel):
         module(x)
 
 
-def test_forward_mode_ad_and_function_transforms_run_the_module_forward(kernel):
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")  # jit.trace's own
+def test_forward_mode_ad_function_transforms_and_jit_tracing_run_the_module_forward(kernel):
     """The kernels refuse them (test_training); a kernelized MLP runs its own forward under them instead, so a
-    jvp or a vmap through a kernelized model gives eager's result."""
+    jvp, a vmap or a torch.jit.trace through a kernelized model gives eager's result."""
     module = GeGLUMLPModule(nn.GELU(approximate="tanh"))
     kernelized = _with_kernel_forward(GeGLUMLPModule(nn.GELU(approximate="tanh")), kernel.layers.GeGLUMLP)
     kernelized.load_state_dict(module.state_dict())
@@ -221,6 +222,7 @@ def test_forward_mode_ad_and_function_transforms_run_the_module_forward(kernel):
     for ours, reference in zip(torch.func.jvp(kernelized, (x,), (tangent,)), torch.func.jvp(module, (x,), (tangent,))):
         assert torch.equal(ours, reference)
     assert torch.equal(torch.func.vmap(kernelized)(x), torch.func.vmap(module)(x))
+    assert torch.equal(torch.jit.trace(kernelized, (x,))(x), module(x))
 
 
 def test_a_dropout_without_a_rate_runs_the_module_forward(kernel):

@@ -250,11 +250,12 @@ def test_a_second_derivative_is_an_error_not_a_wrong_gradient(kernel, device):
                 torch.autograd.grad(loss(ours(*leaves)), leaves, create_graph=True)
 
 
-def test_forward_mode_ad_and_function_transforms_are_refused(kernel, device):
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")  # jit.trace's own
+def test_forward_mode_ad_function_transforms_and_jit_tracing_are_refused(kernel, device):
     """Forward-mode AD dropped the tangent silently (a dual gate gave a result without one; geglu_linear's
-    result carried the gate projection's), and vmap's batched tensors failed deep in Triton: every public
-    function refuses them by name, and so does gelu_and_mul."""
-    refused = pytest.raises(NotImplementedError, match="forward-mode AD or torch.func transforms")
+    result carried the gate projection's), vmap's batched tensors and torch.jit.trace failed deep in Triton:
+    every public function refuses them by name, and so does gelu_and_mul."""
+    refused = pytest.raises(NotImplementedError, match="forward-mode AD, torch.func transforms .* or torch.jit.trace")
     calls = [
         (name, ours, [leaf.detach() for leaf in leaves]) for name, ours, _, leaves in _function_calls(kernel, device)
     ]
@@ -271,6 +272,8 @@ def test_forward_mode_ad_and_function_transforms_are_refused(kernel, device):
             torch.func.grad(lambda *args: ours(*args).sum())(*plain)
         with refused:
             torch.func.jvp(ours, tuple(plain), tuple(torch.ones_like(tensor) for tensor in plain))
+        with refused:
+            torch.jit.trace(ours, tuple(plain), check_trace=False)
 
 
 def test_functions_under_autocast_train_as_eager(kernel, device):

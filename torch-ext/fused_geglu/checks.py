@@ -30,26 +30,28 @@ def _same_device(a: torch.Tensor, b: torch.Tensor) -> bool:
 _functorch_transforms_active = torch._C._are_functorch_transforms_active
 
 
-def function_transform_active() -> bool:
-    """Whether forward-mode AD (inside ``forward_ad.dual_level``) or a torch.func transform (vmap, grad, jvp) is on.
+def unsupported_transform_active() -> bool:
+    """Whether forward-mode AD (inside ``forward_ad.dual_level``), a torch.func transform (vmap, grad, jvp, ...) or
+    ``torch.jit.trace`` is running.
 
     The kernels read plain tensors' memory: a dual tensor's tangent would be
-    dropped (a silently wrong jvp) and vmap's batched tensors have no memory
-    to read; the registered ops have no forward-AD or vmap rules either. Both
-    flags are torch internals that torch reads itself on every
-    ``autograd.Function.apply`` (functorch) and ``make_dual`` (forward AD), in
-    every torch 2 release; tests/test_training.py fails if either stops
-    meaning this. torch.compile reads both as constants (no graph break).
+    dropped (a silently wrong jvp), vmap's batched tensors have no memory to
+    read, and the tracer cannot record a Triton launch; the registered ops
+    have no forward-AD or vmap rules either. The first two flags are torch
+    internals that torch reads itself on every ``autograd.Function.apply``
+    (functorch) and ``make_dual`` (forward AD), in every torch 2 release;
+    tests/test_training.py fails if either stops meaning this. torch.compile
+    reads all three as constants (no graph break).
     """
-    return forward_ad._current_level >= 0 or _functorch_transforms_active()
+    return forward_ad._current_level >= 0 or _functorch_transforms_active() or torch.jit.is_tracing()
 
 
-def check_no_function_transform() -> None:
-    """The public functions refuse forward-mode AD and torch.func transforms by name (``function_transform_active``)."""
-    if function_transform_active():
+def check_no_unsupported_transform() -> None:
+    """The public functions refuse what ``unsupported_transform_active`` names, by name."""
+    if unsupported_transform_active():
         raise NotImplementedError(
-            "fused-geglu's functions do not support forward-mode AD or torch.func transforms (vmap, grad, jvp, "
-            "jacrev, ...): use eager PyTorch inside them (a kernelized GeGLU MLP does so by itself)"
+            "fused-geglu's functions do not support forward-mode AD, torch.func transforms (vmap, grad, jvp, "
+            "jacrev, ...) or torch.jit.trace: use eager PyTorch inside them (a kernelized GeGLU MLP does so by itself)"
         )
 
 

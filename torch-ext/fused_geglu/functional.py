@@ -23,7 +23,7 @@ from .checks import (
     check_linear,
     check_linear_concat,
     check_mlp,
-    check_no_function_transform,
+    check_no_unsupported_transform,
     check_out,
     concat_output_shape,
 )
@@ -35,12 +35,13 @@ def _needs_registered_op(*tensors: Optional[torch.Tensor]) -> bool:
     Under torch.compile it must (Dynamo traces the op, opaque). So must meta
     tensors and tensor subclasses (FakeTensor, DTensor): only the op's
     dispatch gives them their fake implementation or their own handling.
-    Raises NotImplementedError under forward-mode AD or a torch.func
-    transform, which neither path supports (``check_no_function_transform``).
+    Raises NotImplementedError under forward-mode AD, a torch.func transform
+    or torch.jit.trace, which neither path supports
+    (``check_no_unsupported_transform``).
     """
     if torch.compiler.is_compiling():
         return True
-    check_no_function_transform()
+    check_no_unsupported_transform()
     for tensor in tensors:
         if tensor is not None and (type(tensor) not in PLAIN_TENSOR_TYPES or tensor.is_meta):
             return True

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checks import PLAIN_TENSOR_TYPES, SUPPORTED_DTYPES, function_transform_active
+from .checks import PLAIN_TENSOR_TYPES, SUPPORTED_DTYPES, unsupported_transform_active
 from .functional import geglu, geglu_concat, geglu_down_proj, geglu_linear, geglu_mlp
 
 # transformers (5.22+) finds the module it builds in place of a mapped Gemma MLP
@@ -146,8 +146,9 @@ class GeGLUMLP(nn.Module):
     Replaces the forward of Gemma, Gemma2, Gemma3, Gemma 3n and T5Gemma MLPs (and
     modules with Liger's ``LigerGEGLUMLP`` naming). The GELU form follows the
     module's activation; any other activation (or a hooked one), Gemma 3n's
-    sparse layers, T5Gemma's dropout in training, and forward-mode AD or
-    torch.func transforms run the module's own (class) forward, unfused.
+    sparse layers, T5Gemma's dropout in training, and forward-mode AD,
+    torch.func transforms or torch.jit.trace run the module's own (class)
+    forward, unfused.
 
     With three plain ``nn.Linear`` projections the whole MLP is ``geglu_mlp``
     on their weights: for inference one fused GEMM for the first half and, at
@@ -168,10 +169,10 @@ class GeGLUMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         approximate = gelu_approximation(self)
         # Another activation, an input the kernels do not take (float64, as gradcheck runs; not a tensor), or
-        # forward-mode AD or a torch.func transform, which the kernels do not support: the original forward,
-        # which kernelize replaced on the instance and the class still has, computes eager's result or raises
-        # eager's error.
-        if approximate is None or getattr(x, "dtype", None) not in SUPPORTED_DTYPES or function_transform_active():
+        # forward-mode AD, a torch.func transform or torch.jit.trace, which the kernels do not support: the
+        # original forward, which kernelize replaced on the instance and the class still has, computes eager's
+        # result or raises eager's error.
+        if approximate is None or getattr(x, "dtype", None) not in SUPPORTED_DTYPES or unsupported_transform_active():
             return type(self).forward(self, x)
         gate_proj, up_proj = _submodule(self, "gate_proj"), _submodule(self, "up_proj")
         down_proj = _submodule(self, "down_proj")
