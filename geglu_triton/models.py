@@ -125,10 +125,13 @@ def check_geglu_mlps(model: nn.Module, *, strict: bool = True) -> list[str]:
             return list(mapped)
         device = next(model.parameters()).device.type
         mode = "training" if model.training else "inference"
+        forward = mapped[unfused[0]].forward
+        running = getattr(getattr(forward, "__func__", forward), "__qualname__", type(forward).__name__)
         problem = (
-            f"{len(unfused)} of {len(mapped)} modules mapped to {LAYER_NAME} kept their original forward "
-            f"(first: {unfused[0]}): kernelize found no {LAYER_NAME} kernel for device {device!r} in {mode} mode, "
-            "or could not load it; see README, 'Kernelizing a transformers model'"
+            f"{len(unfused)} of {len(mapped)} modules mapped to {LAYER_NAME} do not run its forward (first: "
+            f"{unfused[0]}, which runs {running}): kernelize found no {LAYER_NAME} kernel for device {device!r} in "
+            f"{mode} mode, could not load it, or was given another layer; see README, 'Kernelizing a transformers "
+            "model'"
         )
     if strict:
         raise KernelLoadError(problem)
@@ -176,8 +179,8 @@ def load_hub_kernel(repo_id: str, version: int, trust_remote_code: bool):
     try:
         return get_kernel(repo_id, version=version, trust_remote_code=trust_remote_code)
     except ValueError as error:
-        if "could not verify publisher trust status" not in str(error):
-            raise
+        if "could not verify publisher trust status" not in str(error):  # a version it does not have, say
+            raise KernelLoadError(f"cannot load {repo_id} version {version}: {one_line(error)}") from None
         org = repo_id.partition("/")[0]
         try:
             HfApi(endpoint=endpoint).get_organization_overview(org)
@@ -237,9 +240,12 @@ def kernelize_geglu_mlps(
         trust_remote_code: load a kernel whose publisher the Hub does not
             mark as trusted (as ``get_kernel`` takes it).
 
-    Raises KernelLoadError, in one line, when the kernel cannot be fetched: the Hub cannot be reached or
-    has no such repository, or ``local_path`` has no variant for this torch; ValueError for a ``repo_id``
-    that is not ``<namespace>/<name>``.
+    Raises, in one line and before anything is fetched, TypeError for a ``mode`` that is not a
+    ``kernels.Mode`` and ValueError for a ``repo_id`` that is not ``<namespace>/<name>``, a device the
+    kernel has no variant for or this torch cannot run, or a model on the meta device without ``device``;
+    KernelLoadError when the kernel cannot be fetched (the Hub cannot be reached, has no such repository
+    or version, or ``local_path`` has no variant for this torch) and when kernelize replaced none of the
+    GeGLU MLPs found.
     """
     from kernels import (
         LayerRepository,
@@ -250,6 +256,9 @@ def kernelize_geglu_mlps(
         use_kernel_mapping,
     )
 
+    if mode is not None and not isinstance(mode, Mode):
+        raise TypeError(f"mode must be a kernels.Mode (Mode.INFERENCE, Mode.TRAINING, ...), got {mode!r}")
+    device_type = _device_type_to_kernelize(model, device)
     if local_path is not None:
         local_path = Path(local_path)
         kernel = load_local_kernel(local_path)
@@ -276,4 +285,37 @@ def kernelize_geglu_mlps(
         for name, module in model.named_modules()
         if getattr(module.forward, "__func__", None) is layer_forward
     ]
-    return KernelizeReport(classes=[cls.__qualname__ for cls in classes], swapped_modules=swapped)
+    names = [cls.__qualname__ for cls in classes]
+    if names and not swapped:
+        raise KernelLoadError(
+            f"kernelize replaced none of the model's GeGLU MLPs ({', '.join(names)}) for device {device_type!r} "
+            f"in {mode}"
+        )
+    return KernelizeReport(classes=names, swapped_modules=swapped)
+
+
+def _device_type_to_kernelize(model: nn.Module, device: Optional[str]) -> str:
+    """``device``, else the type of the model's parameters; ValueError where the kernel has no variant for it,
+    this torch cannot run it, or the model is on the meta device (kernelize would map nothing)."""
+    import torch
+
+    if device is None:
+        parameter = next(model.parameters(), None)
+        device = "cpu" if parameter is None else parameter.device.type
+        if device == "meta":
+            raise ValueError(
+                "the model is on the meta device: pass device=, the type it will run on "
+                f"({', '.join(DEVICE_TYPES)})"
+            )
+        return device
+    if device not in DEVICE_TYPES:
+        raise ValueError(f"device {device!r}: the kernel has variants for {', '.join(DEVICE_TYPES)}")
+    available = {
+        "cuda": torch.cuda.is_available() and not torch.version.hip,
+        "rocm": torch.cuda.is_available() and bool(torch.version.hip),
+        "xpu": hasattr(torch, "xpu") and torch.xpu.is_available(),
+        "cpu": True,
+    }
+    if not available[device]:
+        raise ValueError(f"device {device!r} is not available to this torch ({torch.__version__})")
+    return device

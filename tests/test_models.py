@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import types
 import pytest
 import torch
 
-from geglu_triton.models import kernelize_geglu_mlps
+from geglu_triton.models import KernelLoadError, kernelize_geglu_mlps
 from geglu_triton.publish import publish
 from child_process import child_env
 from reference import rel_error
@@ -221,8 +222,6 @@ def test_an_unreachable_hub_is_named_in_one_line(tmp_path):
 
 def test_a_repository_the_hub_does_not_have_is_named_in_one_line(published):
     """The Hub answered 404: no advice to start a Hub that is running, and no multi-line Hub text."""
-    from geglu_triton.models import KernelLoadError
-
     typo = published.replace("fused-geglu", "fused-gelgu")
     with pytest.raises(KernelLoadError) as caught:
         kernelize_geglu_mlps(torch.nn.Linear(2, 2), repo_id=typo, version=1)
@@ -232,8 +231,6 @@ def test_a_repository_the_hub_does_not_have_is_named_in_one_line(published):
 
 
 def test_a_build_without_this_torchs_variant_is_named_in_one_line(tmp_path):
-    from geglu_triton.models import KernelLoadError
-
     with pytest.raises(KernelLoadError) as caught:
         kernelize_geglu_mlps(torch.nn.Linear(2, 2), local_path=tmp_path / "missing")
     message = str(caught.value)
@@ -247,3 +244,37 @@ def test_a_repo_id_without_a_namespace_is_a_value_error_before_any_request():
     expected = r"^repo_id 'fused-geglu' is not a kernel repository id: expected <namespace>/<name>"
     with pytest.raises(ValueError, match=expected):
         kernelize_geglu_mlps(torch.nn.Linear(2, 2), repo_id="fused-geglu", version=1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "expected"),
+    [
+        ({"mode": "inference"}, TypeError, "mode must be a kernels.Mode (Mode.INFERENCE, Mode.TRAINING, ...), got"),
+        ({"device": "mps"}, ValueError, "device 'mps': the kernel has variants for cuda, rocm, xpu, cpu"),
+        ({"device": "cuda"}, ValueError, "device 'cuda' is not available to this torch"),
+    ],
+)
+def test_a_mode_or_device_kernelize_cannot_use_is_named_before_any_request(kwargs, error, expected):
+    """A mode string failed inside kernels after the download, 'cuda' on a CPU torch in torch.cuda's assertion,
+    and 'mps' returned an empty report."""
+    if kwargs.get("device") == "cuda" and torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(error, match=re.escape(expected)):
+        kernelize_geglu_mlps(tiny_model("gemma3"), repo_id="org/unreachable", **kwargs)
+
+
+def test_a_model_on_the_meta_device_needs_its_device_type(published):
+    """Initialised on the meta device (from_pretrained's way), the model was reported kernelized with no module
+    swapped; named now, and with device= it is kernelized."""
+    with torch.device("meta"):
+        model = tiny_model("gemma3")
+    with pytest.raises(ValueError, match="the model is on the meta device: pass device="):
+        kernelize_geglu_mlps(model, repo_id=published, version=1)
+    report = kernelize_geglu_mlps(model, repo_id=published, version=1, device="cpu")
+    assert report.swapped_modules == ["model.layers.0.mlp", "model.layers.1.mlp"]
+
+
+def test_a_version_the_hub_does_not_have_is_one_line(published):
+    with pytest.raises(KernelLoadError, match=f"^cannot load {published} version 2: ") as caught:
+        kernelize_geglu_mlps(tiny_model("gemma3"), repo_id=published, version=2)
+    assert "\n" not in str(caught.value)
