@@ -121,6 +121,17 @@ def test_train_after_the_kernel_config_route_is_reported_and_fixed(published, sa
     assert check_geglu_mlps(model) == MLP_NAMES
 
 
+def test_use_kernels_false_keeps_the_layer_through_train_and_eval(published, saved, cpu_admitted):
+    """README's advice for training: with use_kernels set to False after from_pretrained, train() and eval()
+    (Trainer switches at every evaluation) no longer kernelize again, and the MLPs keep GeGLUMLP."""
+    path, _ = saved["gemma3"]
+    model = AutoModelForCausalLM.from_pretrained(path, use_kernels=True, kernel_config=kernel_config("gemma3"))
+    model.use_kernels = False
+    for switch in (model.train, model.eval, model.train):
+        switch()
+        assert check_geglu_mlps(model) == MLP_NAMES
+
+
 def test_a_model_without_mapped_mlps_is_reported():
     with pytest.raises(KernelLoadError, match="no module of Sequential is mapped to GeGLUMLP"):
         check_geglu_mlps(torch.nn.Sequential(torch.nn.Linear(4, 4)))
