@@ -18,6 +18,7 @@ the original forward without a word; ``check_geglu_mlps`` says so.
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -286,7 +287,9 @@ def kernelize_geglu_mlps(
         if getattr(module.forward, "__func__", None) is layer_forward
     ]
     names = [cls.__qualname__ for cls in classes]
-    if names and not swapped:
+    if names and not swapped and os.environ.get("DISABLE_KERNEL_MAPPING", "0") not in ("", "0"):
+        warnings.warn("DISABLE_KERNEL_MAPPING is set: kernelize kept every module's own forward", stacklevel=2)
+    elif names and not swapped:
         raise KernelLoadError(
             f"kernelize replaced none of the model's GeGLU MLPs ({', '.join(names)}) for device {device_type!r} "
             f"in {mode}"
@@ -294,11 +297,14 @@ def kernelize_geglu_mlps(
     return KernelizeReport(classes=names, swapped_modules=swapped)
 
 
-def _device_type_to_kernelize(model: nn.Module, device: Optional[str]) -> str:
-    """``device``, else the type of the model's parameters; ValueError where the kernel has no variant for it,
-    this torch cannot run it, or the model is on the meta device (kernelize would map nothing)."""
+def _device_type_to_kernelize(model: nn.Module, device) -> str:
+    """``device`` (a type or a ``torch.device``), else the type of the model's first parameter, as kernelize
+    infers it; ValueError where the kernel has no variant for it, this torch cannot run it, or the model is on
+    the meta device (kernelize would map nothing)."""
     import torch
 
+    if isinstance(device, torch.device):
+        device = device.type
     if device is None:
         parameter = next(model.parameters(), None)
         device = "cpu" if parameter is None else parameter.device.type
@@ -307,11 +313,10 @@ def _device_type_to_kernelize(model: nn.Module, device: Optional[str]) -> str:
                 "the model is on the meta device: pass device=, the type it will run on "
                 f"({', '.join(DEVICE_TYPES)})"
             )
-        return device
     if device not in DEVICE_TYPES:
         raise ValueError(f"device {device!r}: the kernel has variants for {', '.join(DEVICE_TYPES)}")
-    available = {
-        "cuda": torch.cuda.is_available() and not torch.version.hip,
+    available = {  # kernels takes "cuda" on ROCm torch too, for the GPU its "cuda" tensors are on
+        "cuda": torch.cuda.is_available(),
         "rocm": torch.cuda.is_available() and bool(torch.version.hip),
         "xpu": hasattr(torch, "xpu") and torch.xpu.is_available(),
         "cpu": True,

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -278,3 +279,48 @@ def test_a_version_the_hub_does_not_have_is_one_line(published):
     with pytest.raises(KernelLoadError, match=f"^cannot load {published} version 2: ") as caught:
         kernelize_geglu_mlps(tiny_model("gemma3"), repo_id=published, version=2)
     assert "\n" not in str(caught.value)
+
+
+def test_device_types_kernelize_takes_are_taken(monkeypatch):
+    """A torch.device, as kernels' kernelize takes one, and 'cuda' on a ROCm torch, whose GPU tensors are 'cuda'
+    tensors: both were refused by the first version of this check."""
+    from geglu_triton.models import _device_type_to_kernelize
+
+    model = torch.nn.Linear(2, 2)
+    assert _device_type_to_kernelize(model, torch.device("cpu")) == "cpu"
+    assert _device_type_to_kernelize(model, None) == "cpu"
+    monkeypatch.setattr(torch.version, "hip", "6.4")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert _device_type_to_kernelize(model, "cuda") == "cuda"
+    assert _device_type_to_kernelize(model, "rocm") == "rocm"
+
+
+def test_a_kernelize_that_swaps_nothing_is_an_error(published, monkeypatch):
+    import kernels
+
+    monkeypatch.setattr(kernels, "kernelize", lambda model, **kwargs: model)
+    with pytest.raises(KernelLoadError, match=r"^kernelize replaced none of the model's GeGLU MLPs \(Gemma3MLP\)"):
+        kernelize_geglu_mlps(tiny_model("gemma3"), repo_id=published, version=1)
+
+
+_KERNELIZE_WITH_MAPPING_DISABLED = """
+import sys, warnings
+sys.path.insert(0, {tests!r})
+from tiny_models import tiny_model
+from geglu_triton.models import kernelize_geglu_mlps
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    report = kernelize_geglu_mlps(tiny_model("gemma3"), local_path={build!r})
+print(report.swapped_modules, [str(w.message) for w in caught if "DISABLE_KERNEL_MAPPING" in str(w.message)])
+"""
+
+
+def test_kernel_mapping_disabled_on_purpose_is_a_warning(build_dir):
+    """kernels' DISABLE_KERNEL_MAPPING=1 keeps every original forward by design: said, not raised."""
+    script = _KERNELIZE_WITH_MAPPING_DISABLED.format(tests=str(Path(__file__).parent), build=str(build_dir))
+    env = {**child_env(), "DISABLE_KERNEL_MAPPING": "1"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == (
+        "[] [\"DISABLE_KERNEL_MAPPING is set: kernelize kept every module's own forward\"]"
+    )
