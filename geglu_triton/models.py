@@ -259,6 +259,8 @@ def kernelize_geglu_mlps(
 
     if mode is not None and not isinstance(mode, Mode):
         raise TypeError(f"mode must be a kernels.Mode (Mode.INFERENCE, Mode.TRAINING, ...), got {mode!r}")
+    if mode is not None and Mode.INFERENCE not in mode and Mode.TRAINING not in mode:
+        raise ValueError(f"mode {mode} must contain Mode.INFERENCE or Mode.TRAINING, as kernelize requires")
     device_type = _device_type_to_kernelize(model, device)
     if local_path is not None:
         local_path = Path(local_path)

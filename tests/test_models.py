@@ -16,6 +16,7 @@ import sys
 import types
 from pathlib import Path
 
+import kernels
 import pytest
 import torch
 
@@ -251,6 +252,7 @@ def test_a_repo_id_without_a_namespace_is_a_value_error_before_any_request():
     ("kwargs", "error", "expected"),
     [
         ({"mode": "inference"}, TypeError, "mode must be a kernels.Mode (Mode.INFERENCE, Mode.TRAINING, ...), got"),
+        ({"mode": kernels.Mode.TORCH_COMPILE}, ValueError, "must contain Mode.INFERENCE or Mode.TRAINING"),
         ({"device": "mps"}, ValueError, "device 'mps': the kernel has variants for cuda, rocm, xpu, cpu"),
         ({"device": "cuda"}, ValueError, "device 'cuda' is not available to this torch"),
     ],

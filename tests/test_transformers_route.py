@@ -112,7 +112,10 @@ def test_train_after_the_kernel_config_route_is_reported_and_fixed(published, sa
     path, _ = saved["gemma3"]
     model = AutoModelForCausalLM.from_pretrained(path, use_kernels=True, kernel_config=kernel_config("gemma3"))
     model.train()
-    unfused = r"^2 of 2 modules mapped to GeGLUMLP do not run its forward \(first: model.layers.0.mlp, which runs "
+    unfused = (
+        r"^2 of 2 modules mapped to GeGLUMLP do not run its forward \(first: model.layers.0.mlp, which runs "
+        r"GeGLUMLPLayout.forward\)"
+    )
     with pytest.raises(KernelLoadError, match=unfused):
         check_geglu_mlps(model)
     with pytest.warns(UserWarning, match="in training mode"):
