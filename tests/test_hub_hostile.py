@@ -333,7 +333,7 @@ def test_a_directory_no_hub_made_is_refused_untouched(tmp_path):
         "no server.lock): give a new or empty directory, or one a local Hub has served"
     )
     assert sorted(path.relative_to(data).as_posix() for path in data.rglob("*")) == ["tmp", "tmp/notes.txt"]
-    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "lost+found").mkdir(parents=True)  # as a freshly made file system has it
     with LocalHub(tmp_path / "empty"), LocalHub(tmp_path / "new"):
         pass
     with LocalHub(tmp_path / "empty"):  # served before: its own files are no obstacle
