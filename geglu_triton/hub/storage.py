@@ -621,8 +621,9 @@ class HubStorage:
         self.data_dir = Path(data_dir).resolve()
         self._repos_dir = self.data_dir / "repos"
         self._tmp_dir = self.data_dir / "tmp"
-        own_files = [p for p in self.data_dir.iterdir() if p.name != "lost+found"] if self.data_dir.is_dir() else []
-        if own_files and not (self.data_dir / _SERVER_LOCK).exists():  # (a fresh volume's lost+found is no one's)
+        # A fresh volume's lost+found does not make its mount point someone's directory.
+        entries = [p for p in self.data_dir.iterdir() if p.name != "lost+found"] if self.data_dir.is_dir() else []
+        if entries and not (self.data_dir / _SERVER_LOCK).exists():
             raise NotADataDirectory(
                 f"{self.data_dir} holds files but is not a local Hub's data directory (it has no {_SERVER_LOCK}): "
                 "give a new or empty directory, or one a local Hub has served"
