@@ -46,10 +46,14 @@ def unsupported_transform_active() -> bool:
     return forward_ad._current_level >= 0 or _functorch_transforms_active() or torch.jit.is_tracing()
 
 
+class UnsupportedTransform(NotImplementedError):
+    """A call under forward-mode AD, a torch.func transform or torch.jit.trace, which the kernels do not support."""
+
+
 def check_no_unsupported_transform() -> None:
     """The public functions refuse what ``unsupported_transform_active`` names, by name."""
     if unsupported_transform_active():
-        raise NotImplementedError(
+        raise UnsupportedTransform(
             "fused-geglu's functions do not support forward-mode AD, torch.func transforms (vmap, grad, jvp, "
             "jacrev, ...) or torch.jit.trace: use eager PyTorch inside them (a kernelized GeGLU MLP does so by itself)"
         )

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checks import PLAIN_TENSOR_TYPES, SUPPORTED_DTYPES, unsupported_transform_active
+from .checks import PLAIN_TENSOR_TYPES, SUPPORTED_DTYPES, UnsupportedTransform
 from .functional import geglu, geglu_concat, geglu_down_proj, geglu_linear, geglu_mlp
 
 # transformers (5.22+) finds the module it builds in place of a mapped Gemma MLP
@@ -168,31 +168,36 @@ class GeGLUMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         approximate = gelu_approximation(self)
-        # Another activation, an input the kernels do not take (float64, as gradcheck runs; not a tensor), or
-        # forward-mode AD, a torch.func transform or torch.jit.trace, which the kernels do not support: the
+        # Another activation, or an input the kernels do not take (float64, as gradcheck runs; not a tensor): the
         # original forward, which kernelize replaced on the instance and the class still has, computes eager's
-        # result or raises eager's error.
-        if approximate is None or getattr(x, "dtype", None) not in SUPPORTED_DTYPES or unsupported_transform_active():
+        # result or raises eager's error. So it does under forward-mode AD, a torch.func transform or
+        # torch.jit.trace, which the functions refuse before they launch anything (UnsupportedTransform, below;
+        # caught rather than asked for here, so that a call reads those flags once).
+        if approximate is None or getattr(x, "dtype", None) not in SUPPORTED_DTYPES:
             return type(self).forward(self, x)
         gate_proj, up_proj = _submodule(self, "gate_proj"), _submodule(self, "up_proj")
         down_proj = _submodule(self, "down_proj")
         plain_projections = is_plain_linear(gate_proj) and is_plain_linear(up_proj)
         plain_down_proj = is_plain_linear(down_proj)
-        # A plain nn.Linear's parameters are read from its _parameters (see _submodule). Under autocast the
-        # functions cast what they are given as the projections would cast it (functional._autocast).
-        if plain_projections and plain_down_proj:
-            gate, up, down = gate_proj._parameters, up_proj._parameters, down_proj._parameters
-            operands = (x, gate["weight"], up["weight"], down["weight"], gate["bias"], up["bias"], down["bias"])
-            return geglu_mlp(*operands, approximate=approximate)
-        if plain_down_proj and torch.is_grad_enabled():
-            # Projections that are not plain may hold trainable parameters of their own (LoRA): grad mode decides.
-            down = down_proj._parameters
-            return geglu_down_proj(gate_proj(x), up_proj(x), down["weight"], down["bias"], approximate=approximate)
-        if plain_projections:
-            gate, up = gate_proj._parameters, up_proj._parameters
-            operands = (x, gate["weight"], up["weight"], gate["bias"], up["bias"])
-            return down_proj(geglu_linear(*operands, approximate=approximate))
-        hidden = geglu(gate_proj(x), up_proj(x), approximate=approximate)
+        try:
+            # A plain nn.Linear's parameters are read from its _parameters (see _submodule). Under autocast the
+            # functions cast what they are given as the projections would cast it (functional._autocast).
+            if plain_projections and plain_down_proj:
+                gate, up, down = gate_proj._parameters, up_proj._parameters, down_proj._parameters
+                operands = (x, gate["weight"], up["weight"], down["weight"], gate["bias"], up["bias"], down["bias"])
+                return geglu_mlp(*operands, approximate=approximate)
+            if plain_down_proj and torch.is_grad_enabled():
+                # Projections that are not plain may hold trainable parameters of their own (LoRA): grad mode
+                # decides.
+                down = down_proj._parameters
+                return geglu_down_proj(gate_proj(x), up_proj(x), down["weight"], down["bias"], approximate=approximate)
+            if plain_projections:
+                gate, up = gate_proj._parameters, up_proj._parameters
+                operands = (x, gate["weight"], up["weight"], gate["bias"], up["bias"])
+                return down_proj(geglu_linear(*operands, approximate=approximate))
+            hidden = geglu(gate_proj(x), up_proj(x), approximate=approximate)
+        except UnsupportedTransform:
+            return type(self).forward(self, x)
         if plain_down_proj:  # what calling it computes, without nn.Module's call machinery (autocast casts in F.linear)
             down = down_proj._parameters
             return F.linear(hidden, down["weight"], down["bias"])
