@@ -39,6 +39,8 @@ _BEARER_TOKEN = re.compile(r"(Bearer\s+)[^'\"\s]+")
 _TOKEN = re.compile(r"[!-~]+")
 # A Hub repository id: "<namespace>/<name>", each part as huggingface_hub's validator accepts it.
 _REPO_PART = re.compile(r"^(?![-.])(?!.*(--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])$")
+#: What _REPO_PART accepts, as the errors say it.
+REPO_PART_RULE = "letters, digits, '-', '_', '.'; at most 96; no leading or trailing '-' or '.', no '--' or '..'"
 
 
 class UserError(Exception):
@@ -129,6 +131,11 @@ def client_token(text: str) -> str:
         ) from None
 
 
+def is_valid_repo_part(part: str) -> bool:
+    """Whether ``part`` is a valid Hub namespace or repository name (``REPO_PART_RULE``)."""
+    return bool(_REPO_PART.match(part))
+
+
 def validate_repo_id(repo_id: str, *, option: str = "--repo-id") -> str:
     """``repo_id`` when it is ``<namespace>/<name>``; a UsageError naming the mistake otherwise."""
     parts = repo_id.split("/")
@@ -137,12 +144,9 @@ def validate_repo_id(repo_id: str, *, option: str = "--repo-id") -> str:
             f"{option} {repo_id!r} is not a kernel repository id: expected <namespace>/<name> "
             f"(one '/', e.g. org/fused-geglu), got {len(parts)} part(s)"
         )
-    bad = [part for part in parts if not _REPO_PART.match(part)]
+    bad = [part for part in parts if not is_valid_repo_part(part)]
     if bad:
-        raise UsageError(
-            f"{option} {repo_id!r}: {bad[0]!r} is not a valid namespace or name (letters, digits, '-', '_', '.'; "
-            "at most 96; no leading or trailing '-' or '.', no '--' or '..')"
-        )
+        raise UsageError(f"{option} {repo_id!r}: {bad[0]!r} is not a valid namespace or name ({REPO_PART_RULE})")
     return repo_id
 
 

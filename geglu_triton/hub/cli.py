@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 
-from ..errors import UsageError, UserError, check_token, directory_to_write, positive_int, validate_repo_id
+from ..errors import REPO_PART_RULE, UserError, check_token, directory_to_write, is_valid_repo_part, positive_int
 
 TOKEN_ENV_VAR = "GEGLU_HUB_TOKEN"
 
@@ -75,13 +75,8 @@ def _host(text: str) -> str:
 
 def _organization(text: str) -> str:
     """A Hub namespace, as repository ids spell it."""
-    try:
-        validate_repo_id(f"{text}/name")
-    except UsageError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a valid organization name (letters, digits, '-', '_', '.'; at most 96; no leading or "
-            "trailing '-' or '.', no '--' or '..')"
-        ) from None
+    if not is_valid_repo_part(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a valid organization name ({REPO_PART_RULE})")
     return text
 
 
