@@ -38,7 +38,7 @@ _BEARER_TOKEN = re.compile(r"(Bearer\s+)[^'\"\s]+")
 # Visible ASCII: what an Authorization header carries unchanged.
 _TOKEN = re.compile(r"[!-~]+")
 # A Hub repository id: "<namespace>/<name>", each part as huggingface_hub's validator accepts it.
-_REPO_PART = re.compile(r"^(?![-.])(?!.*(--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])$")
+_REPO_PART = re.compile(r"(?![-.])(?!.*(--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])")
 #: What _REPO_PART accepts, as the errors say it.
 REPO_PART_RULE = "letters, digits, '-', '_', '.'; at most 96; no leading or trailing '-' or '.', no '--' or '..'"
 
@@ -133,7 +133,7 @@ def client_token(text: str) -> str:
 
 def is_valid_repo_part(part: str) -> bool:
     """Whether ``part`` is a valid Hub namespace or repository name (``REPO_PART_RULE``)."""
-    return bool(_REPO_PART.match(part))
+    return bool(_REPO_PART.fullmatch(part))
 
 
 def validate_repo_id(repo_id: str, *, option: str = "--repo-id") -> str:

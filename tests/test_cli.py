@@ -19,7 +19,14 @@ from huggingface_hub.errors import HfHubHTTPError
 
 from geglu_triton import publish as publish_module
 from geglu_triton.cli import EXIT_INTERRUPTED, main
-from geglu_triton.errors import UsageError, from_hub_error, one_line, validate_endpoint, validate_repo_id
+from geglu_triton.errors import (
+    UsageError,
+    from_hub_error,
+    is_valid_repo_part,
+    one_line,
+    validate_endpoint,
+    validate_repo_id,
+)
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str]:
@@ -253,6 +260,25 @@ def test_validators_accept_what_the_hub_accepts():
     assert validate_endpoint("http://127.0.0.1:8080/") == "http://127.0.0.1:8080"
     with pytest.raises(UsageError, match="'..'"):
         validate_repo_id("org/a..b")
+
+
+@pytest.mark.parametrize("name", ["_org", "a.b-c_d", "a" * 96, "org\n", "a" * 97, "-org", "org.", "a--b", "", "o/g"])
+def test_the_cli_and_the_local_hub_take_one_rule_for_names(name):
+    from huggingface_hub.utils import HFValidationError, validate_repo_id as hub_validate_repo_id
+
+    from geglu_triton.hub.storage import InvalidName, validate_repo_name
+
+    try:
+        hub_validate_repo_id(f"org/{name}")
+        valid = True
+    except HFValidationError:
+        valid = False
+    try:
+        validate_repo_name(name)
+        served = True
+    except InvalidName:
+        served = False
+    assert is_valid_repo_part(name) == served == valid
 
 
 def test_a_missing_kernel_dir_is_a_usage_error(capsys, tmp_path, monkeypatch):

@@ -43,6 +43,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import REPO_PART_RULE, is_valid_repo_part
+
 _log = logging.getLogger(__name__)
 
 REPO_KINDS = ("kernel", "model")
@@ -51,9 +53,6 @@ MAX_PATH_BYTES = 1024
 MAX_PATH_SEGMENT_BYTES = 255
 MAX_BRANCH_NAME_LENGTH = 255
 
-# Hub repository and namespace names: letters, digits, "-", "_", "."; no leading or trailing
-# "-" or "."; no "--" or ".."; at most 96 characters.
-_REPO_NAME = re.compile(r"(?!.*(?:--|\.\.))[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?")
 _COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
 _PARENT_COMMIT = re.compile(r"[0-9a-f]{5,40}")  # huggingface_hub accepts abbreviated parents
 _PULL_REQUEST_REF = re.compile(r"refs/pr/([1-9][0-9]{0,8})")
@@ -145,11 +144,8 @@ def is_valid_unicode(text: str) -> bool:
 
 def validate_repo_name(value: str, what: str = "repository name") -> str:
     """Return ``value`` if it is a valid Hub namespace or repository name, else raise InvalidName."""
-    if not isinstance(value, str) or not _REPO_NAME.fullmatch(value):
-        raise InvalidName(
-            f"invalid {what} {value!r}: use 1-96 letters, digits, '-', '_' or '.', not starting or "
-            "ending with '-' or '.', without '--' or '..'"
-        )
+    if not isinstance(value, str) or not is_valid_repo_part(value):
+        raise InvalidName(f"invalid {what} {value!r}: {REPO_PART_RULE}")
     return value
 
 
@@ -701,7 +697,7 @@ class HubStorage:
 
     def has_namespace(self, namespace: str) -> bool:
         """Whether any repository, of any kind, lives under ``namespace``."""
-        if not _REPO_NAME.fullmatch(namespace):
+        if not is_valid_repo_part(namespace):
             return False
         return any(self._namespace_dirs(kind, namespace) for kind in REPO_KINDS)
 
