@@ -220,6 +220,14 @@ class KernelizeReport:
     swapped_modules: list[str]
 
 
+def _kernel_mapping_disabled() -> bool:
+    """Whether kernels' DISABLE_KERNEL_MAPPING is on, read as kernels reads it: ``bool(int(value))``."""
+    try:
+        return bool(int(os.environ.get("DISABLE_KERNEL_MAPPING", "0")))
+    except ValueError:  # kernels itself fails to import on such a value
+        return False
+
+
 def kernelize_geglu_mlps(
     model: nn.Module,
     *,
@@ -289,7 +297,7 @@ def kernelize_geglu_mlps(
         if getattr(module.forward, "__func__", None) is layer_forward
     ]
     names = [cls.__qualname__ for cls in classes]
-    if names and not swapped and os.environ.get("DISABLE_KERNEL_MAPPING", "0") not in ("", "0"):
+    if names and not swapped and _kernel_mapping_disabled():
         warnings.warn("DISABLE_KERNEL_MAPPING is set: kernelize kept every module's own forward", stacklevel=2)
     elif names and not swapped:
         raise KernelLoadError(
