@@ -73,15 +73,16 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
     """
     state = module.__dict__
     submodules = state["_modules"]
-    dropout = submodules.get("dropout")
-    dropping_out = dropout is not None and dropout.training and getattr(dropout, "p", 1.0)
     act_fn = submodules.get("act_fn")
     if act_fn is not None and _is_hooked(act_fn):
         _warn_that_hooks_unfuse(type(module).__name__)
         return None
-    if state.get("activation_sparsity", 0.0) or dropping_out:
+    dropout = submodules.get("dropout")
+    if state.get("activation_sparsity", 0.0) or (
+        dropout is not None and dropout.training and getattr(dropout, "p", 1.0)
+    ):
         return None
-    return activation_gelu_form(module)
+    return _activation_module_form(act_fn) if act_fn is not None else activation_gelu_form(module)
 
 
 @functools.cache
@@ -105,14 +106,21 @@ def activation_gelu_form(module: nn.Module) -> Optional[str]:
     """
     act_fn = _submodule(module, "act_fn")
     if act_fn is not None:
-        if type(act_fn) is nn.GELU:  # a subclass may compute something else
-            return act_fn.approximate
-        if type(act_fn).__module__.startswith("transformers."):
-            return _GELU_OF_ACTIVATION_CLASS.get(type(act_fn).__name__)
-        return None
+        return _activation_module_form(act_fn)
     config = getattr(module, "config", None)
     name = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
     return _GELU_OF_ACTIVATION_NAME.get(name)
+
+
+def _activation_module_form(act_fn) -> Optional[str]:
+    """The GELU form an ``act_fn`` computes: ``nn.GELU``'s own (a subclass may compute something else), a
+    transformers GELU class's, else None."""
+    activation_class = type(act_fn)
+    if activation_class is nn.GELU:
+        return act_fn.approximate
+    if activation_class.__module__.startswith("transformers."):
+        return _GELU_OF_ACTIVATION_CLASS.get(activation_class.__name__)
+    return None
 
 
 def _is_hooked(module: nn.Module) -> bool:
