@@ -27,6 +27,7 @@ from geglu_triton.errors import (
     validate_endpoint,
     validate_repo_id,
 )
+from hub_helpers import variant_for_this_torch
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str]:
@@ -232,7 +233,7 @@ def test_a_kernel_dir_that_does_not_load_is_a_usage_error(capsys, tmp_path, buil
     for breakage in ("corrupt", "missing"):
         copy = tmp_path / breakage
         shutil.copytree(build_dir, copy)
-        metadata = copy / "torch-cpu" / "metadata.json"
+        metadata = copy / variant_for_this_torch() / "metadata.json"  # the variant bench loads
         metadata.write_text("{") if breakage == "corrupt" else metadata.unlink()
         code, line = run_cli(capsys, "bench", "--kernel-dir", str(copy), "--out", str(tmp_path / "results"))
         assert code == 2 and line.startswith(f"geglu-triton bench: error: --kernel-dir: cannot load the build in {copy}")
