@@ -1,0 +1,146 @@
+"""CUDA graphs: kernelized MLPs captured and replayed, as fast decode loops run them (GPU only).
+
+At a batch of one, eager decoding is bound by the host (docs/PERFORMANCE.md),
+so users who want tokens/s capture the step in a CUDA graph, by hand or
+through torch.compile's "reduce-overhead" mode. A replay runs the captured
+launches on whatever the static inputs hold by then, with no Python at all:
+these tests check that every fused path (the decode GEMM, its plain form for
+the down projection, the mid-size GEMM, the activation kernel) replays on new
+data exactly as it runs eagerly, and that torch.compile's CUDA graphs take
+the kernels in.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+import torch.nn as nn
+
+from geglu_triton.benchmarking.accuracy import MLP_REL_TOL, MODEL_LOGITS_REL_TOL
+from geglu_triton.benchmarking.timing import capture_graph
+from reference import rel_error
+from tiny_models import tiny_model
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+
+#: Gemma3 1B's MLP: small weights, so the fused GEMM serves from 1 token up to its mid class.
+HIDDEN, INTERMEDIATE = 1152, 6912
+WEIGHT_BYTES = HIDDEN * INTERMEDIATE * 2
+
+
+class GemmaMLP(nn.Module):
+    """Gemma's MLP, with its tanh GELU as transformers builds it."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers.activations import GELUTanh
+
+        self.gate_proj = nn.Linear(HIDDEN, INTERMEDIATE, bias=False)
+        self.up_proj = nn.Linear(HIDDEN, INTERMEDIATE, bias=False)
+        self.down_proj = nn.Linear(INTERMEDIATE, HIDDEN, bias=False)
+        self.act_fn = GELUTanh()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+def _kernelized_mlp(kernel) -> nn.Module:
+    torch.manual_seed(0)
+    mlp = GemmaMLP().to("cuda", torch.bfloat16)
+    mlp.forward = types.MethodType(kernel.layers.GeGLUMLP.forward, mlp)  # as kernelize binds it
+    return mlp
+
+
+@pytest.fixture
+def gemm_launches(kernel, monkeypatch):
+    """The fused GEMM's launches (gated and plain) made while the test runs."""
+    gemm, launches = kernel.triton_gemm_kernels, []
+    for name in ("launch_geglu_linear", "launch_linear"):
+        launch = getattr(gemm, name)
+
+        def counted(*args, _launch=launch, _name=name, **kwargs):
+            launches.append(_name)
+            return _launch(*args, **kwargs)
+
+        monkeypatch.setattr(gemm, name, counted)
+    return launches
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 64, 1024])
+def test_a_captured_kernelized_mlp_replays_new_inputs_as_it_runs_eagerly(kernel, gemm_launches, tokens):
+    mlp = _kernelized_mlp(kernel)
+    static_x = torch.randn(1, tokens, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    static_out = None
+
+    def step():
+        nonlocal static_out
+        static_out = mlp(static_x)
+
+    tables, device = kernel.device_tables, kernel.device_tables.describe_device(0)
+    expected_launches = ["launch_geglu_linear"] * bool(tables.gemm_config(tokens, WEIGHT_BYTES, device)) + [
+        "launch_linear"
+    ] * bool(tables.down_proj_gemm_config(tokens, WEIGHT_BYTES, device))
+    with torch.no_grad():
+        graph = capture_graph(step)
+        assert gemm_launches == expected_launches * 4  # three warm-up calls and the captured one
+        for _ in range(3):
+            static_x.copy_(torch.randn_like(static_x))
+            graph.replay()
+            replayed = static_out.clone()
+            assert torch.equal(replayed, mlp(static_x))  # the same launches, the same bits
+            assert rel_error(replayed, type(mlp).forward(mlp, static_x)) <= MLP_REL_TOL[torch.bfloat16]
+
+
+def test_captured_activation_kernels_replay_new_inputs(kernel):
+    gate, up = (torch.randn(16, INTERMEDIATE, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    fused = torch.cat([gate, up], dim=-1)
+    outs = {}
+
+    def step():
+        outs["geglu"] = kernel.geglu(gate, up, approximate="tanh")
+        outs["geglu_concat"] = kernel.geglu_concat(fused, approximate="none")
+
+    graph = capture_graph(step)
+    for _ in range(3):
+        for tensor in (gate, up, fused):
+            tensor.normal_()
+        graph.replay()
+        assert torch.equal(outs["geglu"], kernel.geglu(gate, up, approximate="tanh"))
+        assert torch.equal(outs["geglu_concat"], kernel.geglu_concat(fused, approximate="none"))
+
+
+def test_reduce_overhead_compile_replays_the_kernels_without_python(kernel, gemm_launches):
+    """torch.compile's CUDA graphs (mode="reduce-overhead") record the registered op's launches once: the later
+    calls replay them, so no Python launch runs, and the output is the eager kernels' on each new input."""
+    mlp = _kernelized_mlp(kernel)
+    torch._dynamo.reset()
+    compiled = torch.compile(mlp, mode="reduce-overhead", fullgraph=True)
+    x = torch.randn(1, 1, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    launched = []
+    with torch.no_grad():
+        for _ in range(6):
+            x.normal_()
+            before = len(gemm_launches)
+            out = compiled(x).clone()
+            launched.append(len(gemm_launches) - before)
+            assert torch.equal(out, mlp(x))
+    # A warm-up run and a recording run launch from Python; replays do not.
+    assert launched[0] > 0 and launched[3:] == [0, 0, 0], launched
+
+
+def test_a_reduce_overhead_compiled_kernelized_model_gives_eager_logits(kernel, gemm_launches):
+    original = tiny_model("gemma3").to("cuda", torch.bfloat16).eval()
+    kernelized = tiny_model("gemma3").to("cuda", torch.bfloat16).eval()
+    for layer in kernelized.model.layers:
+        layer.mlp.forward = types.MethodType(kernel.layers.GeGLUMLP.forward, layer.mlp)
+    torch._dynamo.reset()
+    compiled = torch.compile(kernelized, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(4):
+            input_ids = torch.randint(0, 128, (1, 12), device="cuda")
+            logits = compiled(input_ids=input_ids, use_cache=False).logits.clone()
+            expected = original(input_ids=input_ids, use_cache=False).logits
+            assert rel_error(logits.float(), expected.float()) <= MODEL_LOGITS_REL_TOL[torch.bfloat16]
+    assert gemm_launches  # the compiled model runs the fused GEMM
