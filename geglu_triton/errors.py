@@ -39,8 +39,11 @@ _BEARER_TOKEN = re.compile(r"(Bearer\s+)[^'\"\s]+")
 _TOKEN = re.compile(r"[!-~]+")
 # A Hub repository id: "<namespace>/<name>", each part as huggingface_hub's validator accepts it.
 _REPO_PART = re.compile(r"(?![-.])(?!.*(--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])")
-#: What _REPO_PART accepts, as the errors say it.
-REPO_PART_RULE = "letters, digits, '-', '_', '.'; at most 96; no leading or trailing '-' or '.', no '--' or '..'"
+#: What is_valid_repo_part accepts, as the errors say it.
+REPO_PART_RULE = (
+    "letters, digits, '-', '_', '.'; at most 96; no leading or trailing '-' or '.', no '--' or '..'; "
+    "a repository name does not end in '.git'"
+)
 
 
 class UserError(Exception):
@@ -131,9 +134,10 @@ def client_token(text: str) -> str:
         ) from None
 
 
-def is_valid_repo_part(part: str) -> bool:
-    """Whether ``part`` is a valid Hub namespace or repository name (``REPO_PART_RULE``)."""
-    return bool(_REPO_PART.fullmatch(part))
+def is_valid_repo_part(part: str, *, is_name: bool = False) -> bool:
+    """Whether ``part`` is a valid Hub namespace, or with ``is_name`` repository name (``REPO_PART_RULE``,
+    as huggingface_hub's ``validate_repo_id`` reads it)."""
+    return bool(_REPO_PART.fullmatch(part)) and not (is_name and part.endswith(".git"))
 
 
 def validate_repo_id(repo_id: str, *, option: str = "--repo-id") -> str:
@@ -144,7 +148,7 @@ def validate_repo_id(repo_id: str, *, option: str = "--repo-id") -> str:
             f"{option} {repo_id!r} is not a kernel repository id: expected <namespace>/<name> "
             f"(one '/', e.g. org/fused-geglu), got {len(parts)} part(s)"
         )
-    bad = [part for part in parts if not is_valid_repo_part(part)]
+    bad = [part for part, is_name in zip(parts, (False, True)) if not is_valid_repo_part(part, is_name=is_name)]
     if bad:
         raise UsageError(f"{option} {repo_id!r}: {bad[0]!r} is not a valid namespace or name ({REPO_PART_RULE})")
     return repo_id

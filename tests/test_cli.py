@@ -263,23 +263,25 @@ def test_validators_accept_what_the_hub_accepts():
         validate_repo_id("org/a..b")
 
 
-@pytest.mark.parametrize("name", ["_org", "a.b-c_d", "a" * 96, "org\n", "a" * 97, "-org", "org.", "a--b", "", "o/g"])
-def test_the_cli_and_the_local_hub_take_one_rule_for_names(name):
+@pytest.mark.parametrize("part", ["_org", "a.b-c_d", "a" * 96, "org\n", "a" * 97, "-org", "org.", "a--b", "", "o/g", "k.git"])
+@pytest.mark.parametrize("is_name", [False, True], ids=["namespace", "name"])
+def test_the_cli_and_the_local_hub_take_one_rule_for_names(part, is_name):
     from huggingface_hub.utils import HFValidationError, validate_repo_id as hub_validate_repo_id
 
     from geglu_triton.hub.storage import InvalidName, validate_repo_name
 
-    try:
-        hub_validate_repo_id(f"org/{name}")
-        valid = True
-    except HFValidationError:
-        valid = False
-    try:
-        validate_repo_name(name)
-        served = True
-    except InvalidName:
-        served = False
-    assert is_valid_repo_part(name) == served == valid
+    def accepted(validate, error, *args) -> bool:
+        try:
+            validate(*args)
+        except error:
+            return False
+        return True
+
+    repo_id = f"org/{part}" if is_name else f"{part}/kernel"
+    hub = accepted(hub_validate_repo_id, HFValidationError, repo_id)
+    cli = accepted(validate_repo_id, UsageError, repo_id)
+    served = accepted(validate_repo_name, InvalidName, part, "repository name" if is_name else "namespace")
+    assert is_valid_repo_part(part, is_name=is_name) == cli == served == hub
 
 
 def test_a_missing_kernel_dir_is_a_usage_error(capsys, tmp_path, monkeypatch):

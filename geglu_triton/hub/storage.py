@@ -144,7 +144,7 @@ def is_valid_unicode(text: str) -> bool:
 
 def validate_repo_name(value: str, what: str = "repository name") -> str:
     """Return ``value`` if it is a valid Hub namespace or repository name, else raise InvalidName."""
-    if not isinstance(value, str) or not is_valid_repo_part(value):
+    if not isinstance(value, str) or not is_valid_repo_part(value, is_name=what == "repository name"):
         raise InvalidName(f"invalid {what} {value!r}: {REPO_PART_RULE}")
     return value
 
