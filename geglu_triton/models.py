@@ -221,10 +221,10 @@ class KernelizeReport:
 
 
 def _kernel_mapping_disabled() -> bool:
-    """Whether kernels' DISABLE_KERNEL_MAPPING is on, read as kernels reads it: ``bool(int(value))``."""
+X
     try:
         return bool(int(os.environ.get("DISABLE_KERNEL_MAPPING", "0")))
-    except ValueError:  # kernels itself fails to import on such a value
+    except ValueError:  # set to a non-integer after kernels read it at its import (which refuses one)
         return False
 
 
