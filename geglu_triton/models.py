@@ -221,7 +221,8 @@ class KernelizeReport:
 
 
 def _kernel_mapping_disabled() -> bool:
-X
+    """Whether kernels' DISABLE_KERNEL_MAPPING is on, parsed as kernels parses it (``bool(int(value))``; kernels
+    reads it once, at its import, so a value changed later is not what it acts on)."""
     try:
         return bool(int(os.environ.get("DISABLE_KERNEL_MAPPING", "0")))
     except ValueError:  # set to a non-integer after kernels read it at its import (which refuses one)
