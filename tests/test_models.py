@@ -24,7 +24,17 @@ from geglu_triton.models import KernelLoadError, kernelize_geglu_mlps
 from geglu_triton.publish import publish
 from child_process import child_env
 from reference import rel_error
-from tiny_models import LOGITS_REL_TOL, tiny_model, tiny_t5gemma_mlp
+from tiny_models import (
+    BOI_TOKEN,
+    EOI_TOKEN,
+    IMAGE_SIZE,
+    IMAGE_TOKEN,
+    IMAGE_TOKENS,
+    LOGITS_REL_TOL,
+    tiny_gemma3_multimodal,
+    tiny_model,
+    tiny_t5gemma_mlp,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -102,6 +112,23 @@ def test_gemma3n_keeps_its_sparse_layers_exact(published):
     input_ids = torch.randint(0, 128, (1, 8))
     with torch.no_grad():
         assert rel_error(kernelized(input_ids).logits, original(input_ids).logits) <= LOGITS_REL_TOL
+
+
+def test_a_multimodal_gemma3_kernelizes_its_language_model(published):
+    """Gemma 3's larger checkpoints load as Gemma3ForConditionalGeneration: the language model's MLPs are
+    kernelized, the vision tower's (SigLIP's fc1/fc2, not a GeGLU) keep theirs, and a prompt with an image
+    gives eager's logits."""
+    original = tiny_gemma3_multimodal().eval()
+    kernelized = copy.deepcopy(original)
+    report = kernelize_geglu_mlps(kernelized, repo_id=published, version=1)
+    assert report.classes == ["Gemma3MLP"]
+    assert report.swapped_modules == ["model.language_model.layers.0.mlp", "model.language_model.layers.1.mlp"]
+    input_ids = torch.tensor([[5, 6, BOI_TOKEN, *[IMAGE_TOKEN] * IMAGE_TOKENS, EOI_TOKEN, 7, 8]])
+    pixel_values = torch.randn(1, 3, IMAGE_SIZE, IMAGE_SIZE)
+    with torch.no_grad():
+        logits = kernelized(input_ids=input_ids, pixel_values=pixel_values).logits
+        expected = original(input_ids=input_ids, pixel_values=pixel_values).logits
+    assert rel_error(logits, expected) <= LOGITS_REL_TOL
 
 
 class _LoraLinear(torch.nn.Module):
