@@ -12,13 +12,11 @@ torch.compile's CUDA graphs take the kernels in.
 
 from __future__ import annotations
 
-import types
-
 import pytest
 import torch
-import torch.nn as nn
 
 from geglu_triton.benchmarking.accuracy import MLP_REL_TOL, MODEL_LOGITS_REL_TOL
+from geglu_triton.benchmarking.modules import GemmaStyleMLP, fused_forward
 from geglu_triton.benchmarking.timing import capture_graph
 from reference import rel_error
 from tiny_models import tiny_model
@@ -30,26 +28,11 @@ HIDDEN, INTERMEDIATE = 1152, 6912
 WEIGHT_BYTES = HIDDEN * INTERMEDIATE * 2
 
 
-class GemmaMLP(nn.Module):
-    """Gemma's MLP, with its tanh GELU as transformers builds it."""
-
-    def __init__(self):
-        super().__init__()
-        from transformers.activations import GELUTanh
-
-        self.gate_proj = nn.Linear(HIDDEN, INTERMEDIATE, bias=False)
-        self.up_proj = nn.Linear(HIDDEN, INTERMEDIATE, bias=False)
-        self.down_proj = nn.Linear(INTERMEDIATE, HIDDEN, bias=False)
-        self.act_fn = GELUTanh()
-
-    def forward(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
-
-
-def _kernelized_mlp(kernel) -> nn.Module:
+def _kernelized_mlp(kernel) -> GemmaStyleMLP:
+    """A Gemma3-1B-sized MLP in bf16 with the layer's forward bound, as kernelize binds it."""
     torch.manual_seed(0)
-    mlp = GemmaMLP().to("cuda", torch.bfloat16)
-    mlp.forward = types.MethodType(kernel.layers.GeGLUMLP.forward, mlp)  # as kernelize binds it
+    mlp = GemmaStyleMLP(HIDDEN, INTERMEDIATE, device="cuda", dtype=torch.bfloat16)
+    mlp.forward = fused_forward(mlp, kernel)
     return mlp
 
 
@@ -145,7 +128,7 @@ def test_a_reduce_overhead_compiled_kernelized_model_keeps_eager_logits(kernel, 
     original = tiny_model("gemma3").to("cuda", torch.bfloat16).eval()
     kernelized = tiny_model("gemma3").to("cuda", torch.bfloat16).eval()
     for layer in kernelized.model.layers:
-        layer.mlp.forward = types.MethodType(kernel.layers.GeGLUMLP.forward, layer.mlp)
+        layer.mlp.forward = fused_forward(layer.mlp, kernel)
     torch._dynamo.reset()
     compiled = torch.compile(kernelized, mode="reduce-overhead")
     with torch.no_grad():
