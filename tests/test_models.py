@@ -325,8 +325,6 @@ def test_device_types_kernelize_takes_are_taken(monkeypatch):
 
 
 def test_a_kernelize_that_swaps_nothing_is_an_error(published, monkeypatch):
-    import kernels
-
     monkeypatch.setattr(kernels, "kernelize", lambda model, **kwargs: model)
     with pytest.raises(KernelLoadError, match=r"^kernelize replaced none of the model's GeGLU MLPs \(Gemma3MLP\)"):
         kernelize_geglu_mlps(tiny_model("gemma3"), repo_id=published, version=1)
