@@ -211,6 +211,24 @@ def test_a_hooked_activation_is_warned_of_once_per_class(kernel):
         module(x)
 
 
+def test_a_hooked_activation_under_torch_compile_is_warned_of_by_the_layer_alone(kernel):
+    """Dynamo warns of every functools-cached function it traces; the once-per-class record must not be one."""
+    class CompiledHookedMLP(GeGLUMLPModule):
+        pass
+
+    module = _with_kernel_forward(CompiledHookedMLP(nn.GELU(approximate="tanh")), kernel.layers.GeGLUMLP)
+    module.act_fn.register_forward_hook(lambda *_: None)
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="aot_eager")
+    x = randn(3, 16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            assert torch.equal(compiled(x), type(module).forward(module, x))
+    messages = [str(warning.message) for warning in caught]
+    assert len(messages) == 1 and "a CompiledHookedMLP whose act_fn has hooks" in messages[0], messages
+
+
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")  # jit.trace's own
 def test_forward_mode_ad_function_transforms_and_jit_tracing_run_the_module_forward(kernel):
     """The kernels refuse them (test_training); a kernelized MLP runs its own forward under them instead, so a

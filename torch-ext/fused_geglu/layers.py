@@ -9,7 +9,6 @@ need they read from the module they run on (``self``).
 
 from __future__ import annotations
 
-import functools
 import warnings
 from typing import Optional
 
@@ -85,9 +84,16 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
     return _activation_module_form(act_fn) if act_fn is not None else activation_gelu_form(module)
 
 
-@functools.cache
+# The MLP classes warned of by _warn_that_hooks_unfuse. A set rather than functools.cache: Dynamo warns of every
+# cached function it traces, and it traces this one when a compiled model has a hooked act_fn.
+_CLASSES_WARNED_OF_HOOKS: set = set()
+
+
 def _warn_that_hooks_unfuse(mlp_class: str) -> None:
     """Once per MLP class: a hooked activation runs the module's own forward."""
+    if mlp_class in _CLASSES_WARNED_OF_HOOKS:
+        return
+    _CLASSES_WARNED_OF_HOOKS.add(mlp_class)
     warnings.warn(
         f"fused-geglu: a {mlp_class} whose act_fn has hooks runs its own forward, unfused, so that the hooks run "
         "(DeepSpeed ZeRO-3 hooks every module); remove them from act_fn to fuse it",
