@@ -231,6 +231,11 @@ def concat_output_shape(x: torch.Tensor) -> torch.Size:
     return x.shape[:-1] + (x.shape[-1] // 2,)
 
 
+def linear_output_shape(x: torch.Tensor, weight: torch.Tensor) -> torch.Size:
+    """The shape of ``F.linear(x, weight)``: x's leading dimensions, then the weight's rows."""
+    return x.shape[:-1] + (weight.shape[0],)
+
+
 def check_out(out: torch.Tensor, expected_shape: torch.Size, like: torch.Tensor) -> None:
     """An ``out`` argument must match the result exactly (shape, dtype, device), each element its own memory."""
     if not isinstance(out, torch.Tensor):

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 
 from . import torch_fallback
 from ._ops import add_op_namespace_prefix
-from .checks import concat_output_shape
+from .checks import concat_output_shape, linear_output_shape
 
 try:
     from . import triton_gemm_kernels, triton_kernels
@@ -245,7 +245,7 @@ def geglu_linear_impl(
     config = _gemm_config(x, gate_weight, up_weight)
     fused_x = None if config is None else _fused_linear_operand(x)
     if fused_x is not None:
-        out = x.new_empty(x.shape[:-1] + (gate_weight.shape[0],))
+        out = x.new_empty(linear_output_shape(x, gate_weight))
         try:
             triton_gemm_kernels.launch_geglu_linear(
                 fused_x, gate_weight, up_weight, _unit_stride(gate_bias), _unit_stride(up_bias), out, approximate,
@@ -272,7 +272,7 @@ def linear_impl(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
     config = _gemm_config(x, weight, None)
     operand = None if config is None else _fused_linear_operand(x)
     if operand is not None:
-        out = x.new_empty(x.shape[:-1] + (weight.shape[0],))
+        out = x.new_empty(linear_output_shape(x, weight))
         try:
             triton_gemm_kernels.launch_linear(operand, weight, _unit_stride(bias), out, config)
             return out
@@ -440,7 +440,7 @@ def geglu_linear(
 
 @geglu_linear.register_fake
 def _(x, gate_weight, up_weight, gate_bias, up_bias, approximate):
-    return x.new_empty(x.shape[:-1] + (gate_weight.shape[0],))
+    return x.new_empty(linear_output_shape(x, gate_weight))
 
 
 @torch.library.custom_op(add_op_namespace_prefix("geglu_mlp"), mutates_args=())
@@ -460,7 +460,7 @@ def geglu_mlp(
 
 @geglu_mlp.register_fake
 def _(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, approximate):
-    return x.new_empty(x.shape[:-1] + (down_weight.shape[0],))
+    return x.new_empty(linear_output_shape(x, down_weight))
 
 
 @torch.library.custom_op(add_op_namespace_prefix("geglu_backward_with_output"), mutates_args=())
@@ -484,7 +484,7 @@ def geglu_down_proj(
 
 @geglu_down_proj.register_fake
 def _(gate, up, down_weight, down_bias, approximate):
-    return gate.new_empty(gate.shape[:-1] + (down_weight.shape[0],))
+    return gate.new_empty(linear_output_shape(gate, down_weight))
 
 
 def _geglu_down_proj_setup_context(ctx, inputs, output):
