@@ -243,6 +243,13 @@ def test_forward_mode_ad_function_transforms_and_jit_tracing_run_the_module_forw
     assert torch.equal(torch.jit.trace(kernelized, (x,))(x), module(x))
 
 
+def test_the_layer_class_called_by_itself_is_a_type_error(kernel):
+    """GeGLUMLP's unfused path is the forward of the module it is bound to; an instance of the layer class has
+    none, and says so rather than recursing."""
+    with pytest.raises(TypeError, match="GeGLUMLP has no forward of its own .* not a module to call by itself"):
+        kernel.layers.GeGLUMLP()(randn(2, 16))
+
+
 def test_a_dropout_without_a_rate_runs_the_module_forward(kernel):
     """A ``dropout`` submodule with no ``p`` (here nn.Identity) may drop anything: in training the module's own
     forward runs it, where reading ``p`` raised AttributeError."""

@@ -154,6 +154,23 @@ def is_plain_linear(module: nn.Module) -> bool:
     )
 
 
+def _unfused_forward(module: nn.Module, x):
+    """The module's own (class) forward, which ``kernelize`` replaced on the instance: the call, unfused.
+
+    A ``GeGLUMLP`` called as a module in its own right (or a subclass that
+    keeps its forward) has none: a TypeError says so, where calling the
+    class's forward would recurse until Python's stack ran out.
+    """
+    forward = type(module).forward
+    if forward is GeGLUMLP.forward:
+        raise TypeError(
+            f"{type(module).__name__} has no forward of its own to run this call unfused: GeGLUMLP is a kernelize "
+            "layer, whose forward kernelize binds to a GeGLU MLP (gate_proj, up_proj, down_proj, a GELU act_fn); "
+            "it is not a module to call by itself"
+        )
+    return forward(module, x)
+
+
 class GeGLUMLP(nn.Module):
     """``down_proj(gelu(gate_proj(x)) * up_proj(x))`` with the GeGLU fused, and the projections where they can be.
 
@@ -188,7 +205,7 @@ class GeGLUMLP(nn.Module):
         # torch.jit.trace, which the functions refuse before they launch anything (UnsupportedTransform, below;
         # caught rather than asked for here, so that a call reads those flags once).
         if approximate is None or getattr(x, "dtype", None) not in SUPPORTED_DTYPES:
-            return type(self).forward(self, x)
+            return _unfused_forward(self, x)
         gate_proj, up_proj = _submodule(self, "gate_proj"), _submodule(self, "up_proj")
         down_proj = _submodule(self, "down_proj")
         plain_projections = is_plain_linear(gate_proj) and is_plain_linear(up_proj)
@@ -211,7 +228,7 @@ class GeGLUMLP(nn.Module):
                 return down_proj(geglu_linear(*operands, approximate=approximate))
             hidden = geglu(gate_proj(x), up_proj(x), approximate=approximate)
         except UnsupportedTransform:
-            return type(self).forward(self, x)
+            return _unfused_forward(self, x)
         if plain_down_proj:  # what calling it computes, without nn.Module's call machinery (autocast casts in F.linear)
             down = down_proj._parameters
             return F.linear(hidden, down["weight"], down["bias"])
