@@ -11,6 +11,7 @@ import textwrap
 import pytest
 import torch
 
+from geglu_triton.benchmarking.accuracy import MLP_REL_TOL
 from reference import compile_fullgraph, geglu64, randn, rel_error
 
 
@@ -176,6 +177,50 @@ def test_meta_tensors_go_through_the_ops(kernel, dtype):
     results, grads = _every_function_on(kernel, lambda *shape: torch.empty(shape, device="meta", dtype=dtype))
     assert results == {name: (shape, dtype) for name, shape in EXPECTED_SHAPES.items()}
     assert [g.shape for g in grads] == [(3, 5, 20), (3, 5, 40), (8, 20)] and all(g.is_meta for g in grads)
+
+
+def _negated_memory(t: torch.Tensor) -> torch.Tensor:
+    """t's values in a lazily negated view (``is_neg()``) of memory that holds -t: what ``z.conj().imag`` gives."""
+    return torch._neg_view(-t)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_lazily_negated_tensors_give_what_their_values_give(kernel, device, dtype):
+    """The kernels read memory as it is; a negated view must still count as its values, in every argument: forward,
+    out=, and gradients through it."""
+    make = lambda *shape: randn(*shape, dtype=dtype, device=device)  # noqa: E731
+    calls = {
+        "geglu": (kernel.geglu, (make(3, 20), make(3, 20))),
+        "geglu_concat": (kernel.geglu_concat, (make(3, 40),)),
+        # one token: the decode GEMMs where the device's tables have them
+        "geglu_linear": (kernel.geglu_linear, (make(1, 8), make(20, 8), make(20, 8), make(20), make(20))),
+        "geglu_mlp": (kernel.geglu_mlp, (make(1, 8), make(20, 8), make(20, 8), make(8, 20), None, None, make(8))),
+        "geglu_down_proj": (kernel.geglu_down_proj, (make(3, 20), make(3, 20), make(8, 20), make(8))),
+    }
+    for name, (function, args) in calls.items():
+        expected = function(*args)
+        for i, arg in enumerate(args):
+            if arg is not None:
+                negated = args[:i] + (_negated_memory(arg),) + args[i + 1 :]
+                assert torch.equal(function(*negated), expected), (name, i)
+    x = make(3, 40)
+    expected = kernel.gelu_and_mul(torch.empty(3, 20, dtype=dtype, device=device), x)
+    assert torch.equal(kernel.gelu_and_mul(torch.empty(3, 20, dtype=dtype, device=device), _negated_memory(x)), expected)
+    out = _negated_memory(torch.empty(3, 20, dtype=dtype, device=device))
+    assert torch.equal(kernel.gelu_and_mul(out, x), expected) and out.is_neg()
+
+    leaves = [make(*shape).requires_grad_() for shape in ((3, 8), (20, 8), (20, 8), (8, 20))]
+    kernel.geglu_mlp(*leaves).sum().backward()
+    expected_grads = [leaf.grad for leaf in leaves]
+    for i in range(len(leaves)):
+        for leaf in leaves:
+            leaf.grad = None
+        args = [_negated_memory(leaf) if j == i else leaf for j, leaf in enumerate(leaves)]
+        kernel.geglu_mlp(*args).sum().backward()
+        # A negated operand takes the registered op's path (see functional._needs_registered_op), which sums x's
+        # two gradient products as eager does, rounding twice where the one-step MLP rounds once.
+        assert rel_error(leaves[0].grad, expected_grads[0]) <= MLP_REL_TOL[dtype], i
+        assert all(torch.equal(leaf.grad, grad) for leaf, grad in zip(leaves[1:], expected_grads[1:])), i
 
 
 def test_fake_tensor_mode_goes_through_the_ops(kernel, device):

@@ -34,7 +34,10 @@ def _needs_registered_op(*tensors: Optional[torch.Tensor]) -> bool:
 
     Under torch.compile it must (Dynamo traces the op, opaque). So must meta
     tensors and tensor subclasses (FakeTensor, DTensor): only the op's
-    dispatch gives them their fake implementation or their own handling.
+    dispatch gives them their fake implementation or their own handling. And
+    so must a tensor with the lazy negation bit (``is_neg()``: a real view such
+    as ``z.conj().imag``), whose memory holds the values' negatives: the
+    dispatcher resolves the bit before the implementation reads that memory.
     Raises NotImplementedError under forward-mode AD, a torch.func transform
     or torch.jit.trace, which neither path supports
     (``check_no_unsupported_transform``).
@@ -43,7 +46,7 @@ def _needs_registered_op(*tensors: Optional[torch.Tensor]) -> bool:
         return True
     check_no_unsupported_transform()
     for tensor in tensors:
-        if tensor is not None and (type(tensor) not in PLAIN_TENSOR_TYPES or tensor.is_meta):
+        if tensor is not None and (type(tensor) not in PLAIN_TENSOR_TYPES or tensor.is_meta or tensor.is_neg()):
             return True
     return False
 
@@ -262,6 +265,10 @@ def _gelu_and_mul_into(name: str, out: torch.Tensor, x: torch.Tensor, approximat
             f"{name} writes into out and records no gradient, but out or x requires grad: use geglu_concat "
             "(differentiable), or call it under torch.no_grad()"
         )
+    # A lazily negated view (see _needs_registered_op) is written by copy_, as eager's out= functions write it.
+    # (Dynamo does not trace is_neg; a compiled call writes through the op.)
+    if not torch.compiler.is_compiling() and out.is_neg():
+        return out.copy_(geglu_concat(x, approximate=approximate))
     if registered_op:  # whose dispatch refuses an inference tensor out of inference mode itself
         ops.geglu_concat_out(out, x, approximate)
     else:
