@@ -65,6 +65,9 @@ def check_approximate(approximate: str) -> None:
 def _check_tensor(name: str, tensor) -> None:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.layout is not torch.strided or tensor.is_nested:  # sparse, MKL-DNN, nested: no rows to read
+        layout = "nested" if tensor.is_nested else str(tensor.layout).removeprefix("torch.").lstrip("_")
+        raise TypeError(f"{name} is a {layout} tensor; GeGLU takes dense (strided) tensors")
     if tensor.dtype not in SUPPORTED_DTYPES:
         supported = ", ".join(str(d) for d in SUPPORTED_DTYPES)
         raise TypeError(f"{name} has dtype {tensor.dtype}; GeGLU supports floating dtypes {supported}")
