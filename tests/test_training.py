@@ -312,6 +312,30 @@ def test_backward_through_an_empty_dimension_gives_eager_gradients(kernel, devic
             assert rel_error(grad, eager_grad) <= 1e-5, name
 
 
+@pytest.mark.parametrize("registered_op", [False, True], ids=["eager-mode", "registered-op"])
+def test_an_inference_tensor_trains_the_other_operands_as_in_eager(kernel, device, registered_op):
+    """gate or up made under torch.inference_mode, the other operand trained: eager saves what it computed from them
+    and trains; ours keeps a copy of such an input, where autograd would refuse to save it. The registered op's
+    setup keeps the same tensors (a negated leaf sends the call there)."""
+    def made_in_inference_mode(*shape):
+        with torch.inference_mode():
+            return randn(*shape, device=device)
+
+    route = torch._neg_view if registered_op else (lambda t: t)
+    gate, up = made_in_inference_mode(3, 20), made_in_inference_mode(3, 20)
+    trained_up, down_weight = randn(3, 20, device=device), randn(8, 20, device=device)
+    for leaf in (trained_up, down_weight):
+        leaf.requires_grad_()
+    # geglu: gate from inference mode, up trained
+    ours = torch.autograd.grad(kernel.geglu(gate, route(trained_up)).sum(), trained_up)[0]
+    eager = torch.autograd.grad((F.gelu(gate, approximate="tanh") * route(trained_up)).sum(), trained_up)[0]
+    assert rel_error(ours, eager) <= 1e-6
+    # geglu_down_proj: both from inference mode, down_proj's weight trained
+    ours = torch.autograd.grad(kernel.geglu_down_proj(gate, up, route(down_weight)).sum(), down_weight)[0]
+    eager = torch.autograd.grad(F.linear(F.gelu(gate, approximate="tanh") * up, route(down_weight)).sum(), down_weight)[0]
+    assert rel_error(ours, eager) <= 1e-6
+
+
 @pytest.mark.parametrize("x_requires_grad", [False, True])
 def test_training_path_only_computes_the_gradients_asked_for(kernel, device, x_requires_grad):
     """Frozen down_proj (no weight gradient: h is not recomputed) and frozen gate/up projections."""

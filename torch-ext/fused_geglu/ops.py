@@ -366,9 +366,15 @@ def _(grad_out, gate, up, approximate):
     return gate.new_empty(gate.shape), up.new_empty(up.shape)
 
 
+def _saveable(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, or a copy where it is an inference tensor (made under torch.inference_mode), which autograd does
+    not save: eager's GeGLU saves what it computed (gelu(gate), h), so there such an input trains the other's."""
+    return tensor.clone() if tensor.is_inference() else tensor
+
+
 def _geglu_setup_context(ctx, inputs, output):
     gate, up, approximate = inputs
-    ctx.save_for_backward(gate, up)
+    ctx.save_for_backward(_saveable(gate), _saveable(up))
     ctx.approximate = approximate
 
 
@@ -489,7 +495,7 @@ def _(gate, up, down_weight, down_bias, approximate):
 
 def _geglu_down_proj_setup_context(ctx, inputs, output):
     gate, up, down_weight, _, approximate = inputs
-    ctx.save_for_backward(gate, up, down_weight)
+    ctx.save_for_backward(_saveable(gate), _saveable(up), down_weight)
     ctx.approximate = approximate
 
 
@@ -537,7 +543,7 @@ def _first_derivative_only(backward):
 class GeGLUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gate, up, approximate):
-        ctx.save_for_backward(gate, up)
+        ctx.save_for_backward(_saveable(gate), _saveable(up))
         ctx.approximate = approximate
         return geglu_impl(gate, up, approximate)
 
@@ -565,7 +571,7 @@ class GeGLUConcatFunction(torch.autograd.Function):
 class GeGLUDownProjFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gate, up, down_weight, down_bias, approximate):
-        ctx.save_for_backward(gate, up, down_weight)
+        ctx.save_for_backward(_saveable(gate), _saveable(up), down_weight)
         ctx.approximate = approximate
         return geglu_down_proj_impl(gate, up, down_weight, down_bias, approximate)
 
