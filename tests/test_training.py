@@ -200,10 +200,10 @@ def _gelu(t):
     return F.gelu(t, approximate="tanh")
 
 
-def _function_calls(kernel, device, hidden=24, intermediate=40):
+def _function_calls(kernel, device, hidden=24, intermediate=40, tokens=3):
     """Each differentiable public function on fp32 leaves, as (name, ours, eager, leaves): ``ours(*leaves)``
     calls it, ``eager(*leaves)`` computes the same with PyTorch's ops."""
-    x, gate, up = (randn(3, n, device=device).requires_grad_() for n in (hidden, intermediate, intermediate))
+    x, gate, up = (randn(tokens, n, device=device).requires_grad_() for n in (hidden, intermediate, intermediate))
     # Weights of a unit-scale projection, as a model's (nn.Linear's initialization scale).
     gate_weight, up_weight = (
         randn(intermediate, hidden, device=device, scale=max(hidden, 1) ** -0.5).requires_grad_() for _ in range(2)
@@ -310,6 +310,16 @@ def test_backward_through_an_empty_dimension_gives_eager_gradients(kernel, devic
         for leaf, grad, eager_grad in zip(leaves, torch.autograd.grad(got, leaves, grad_y), torch.autograd.grad(expected, leaves, grad_y)):
             assert grad.shape == leaf.shape, name
             assert rel_error(grad, eager_grad) <= 1e-5, name
+
+
+def test_zero_tokens_backward_from_a_sum_gives_zero_gradients(kernel, device):
+    """``y.sum().backward()`` hands the backward an expanded gradient (stride 0) of zero rows, which has no row view
+    and which ``contiguous`` leaves as it is (an empty tensor counts as contiguous)."""
+    for name, ours, eager, leaves in _function_calls(kernel, device, tokens=0):
+        for leaf, grad, eager_grad in zip(
+            leaves, torch.autograd.grad(ours(*leaves).sum(), leaves), torch.autograd.grad(eager(*leaves).sum(), leaves)
+        ):
+            assert grad.shape == leaf.shape and torch.equal(grad, eager_grad), name
 
 
 @pytest.mark.parametrize("registered_op", [False, True], ids=["eager-mode", "registered-op"])

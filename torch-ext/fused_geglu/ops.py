@@ -94,9 +94,17 @@ def _row_view(tensor: torch.Tensor) -> Optional[torch.Tensor]:
 
 
 def _rows(tensor: torch.Tensor) -> torch.Tensor:
-    """The [rows, cols] view, through a contiguous copy only where no view exists (reads only)."""
+    """The [rows, cols] view, through a contiguous copy only where no view exists (reads only).
+
+    An empty tensor counts as contiguous whatever its strides, so ``contiguous`` keeps one that has no row view
+    (the expanded zero-row gradient that ``sum`` hands back): it gets a new empty [rows, cols] tensor instead.
+    """
     view = _row_view(tensor)
-    return view if view is not None else _row_view(tensor.contiguous())
+    if view is not None:
+        return view
+    if tensor.numel() == 0:
+        return tensor.new_empty(math.prod(tensor.shape[:-1]), tensor.shape[-1])
+    return _row_view(tensor.contiguous())
 
 
 def _kernel_operands(*tensors: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], int, int, tuple[int, ...]]:
