@@ -274,6 +274,26 @@ def test_geglu_mlp_without_act_fn_reads_the_config(kernel, name, expected):
     assert rel_error(out, expected_out) <= 1e-6
 
 
+def _liger_forward(self, x):
+    """LigerGEGLUMLP's forward as Liger defines it: the tanh GELU, whatever the config names."""
+    gelu = torch.nn.functional.gelu(self.gate_proj(x), approximate="tanh")
+    return self.down_proj(gelu * self.up_proj(x))
+
+
+_liger_forward.__module__ = "liger_kernel.transformers.geglu"  # where Liger's forward lives (liger is not installed)
+
+
+@pytest.mark.parametrize("name", ["gelu", "silu", None])
+def test_liger_geglu_mlp_is_fused_in_the_tanh_form_its_forward_computes(kernel, name):
+    """A Gemma 7B config names hidden_act "gelu"; LigerGEGLUMLP computes the tanh GELU all the same."""
+    liger_mlp_class = type("LigerGEGLUMLP", (GeGLUMLPModule,), {"forward": _liger_forward})
+    module = liger_mlp_class(config=types.SimpleNamespace(hidden_act=name))
+    assert kernel.layers.gelu_approximation(module) == "tanh"
+    x = randn(4, 16)
+    reference = module(x)
+    assert rel_error(_with_kernel_forward(module, kernel.layers.GeGLUMLP)(x), reference) <= 1e-6
+
+
 class _ConfigActivationMLP(GeGLUMLPModule):
     """Liger's naming: no act_fn; its own forward applies the activation its config names (ReLU if none)."""
 

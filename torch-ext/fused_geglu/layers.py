@@ -106,13 +106,17 @@ def activation_gelu_form(module: nn.Module) -> Optional[str]:
     """The GELU form of a GeGLU MLP's activation ("tanh" or "none"), or None if it is not a GELU.
 
     The module's own ``act_fn`` decides (it is what the original forward
-    computes). Modules without one (Liger's naming) are read from their
-    config's ``hidden_activation`` or ``hidden_act``; an activation named
-    there that is not a GELU, or none at all, is None too.
+    computes). Modules without one (Liger's naming) run Liger's forward,
+    which computes the tanh GELU whatever their config names (Liger has no
+    exact form), or a forward of their own, read from their config's
+    ``hidden_activation`` or ``hidden_act``; an activation named there that
+    is not a GELU, or none at all, is None too.
     """
     act_fn = _submodule(module, "act_fn")
     if act_fn is not None:
         return _activation_module_form(act_fn)
+    if type(module).forward.__module__.startswith("liger_kernel."):
+        return "tanh"
     config = getattr(module, "config", None)
     name = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
     return _GELU_OF_ACTIVATION_NAME.get(name)
