@@ -24,13 +24,14 @@ from .functional import geglu, geglu_concat, geglu_down_proj, geglu_linear, gegl
 from .layouts import GeGLUMLPLayout  # noqa: F401
 
 # The GELU each activation computes: "tanh" or "none" (exact erf). The tanh
-# forms of transformers (GELUTanh, NewGELU, FastGELU) are the same function,
-# written with different roundings.
+# forms of transformers (GELUTanh, NewGELU, FastGELU, AccurateGELU) are the
+# same function, written with different roundings.
 _GELU_OF_ACTIVATION_CLASS = {
     "GELUTanh": "tanh",
     "PytorchGELUTanh": "tanh",
     "NewGELUActivation": "tanh",
     "FastGELUActivation": "tanh",
+    "AccurateGELUActivation": "tanh",
     "GELUActivation": "none",
 }
 _GELU_OF_ACTIVATION_NAME = {
@@ -38,6 +39,7 @@ _GELU_OF_ACTIVATION_NAME = {
     "gelu_python_tanh": "tanh",
     "gelu_new": "tanh",
     "gelu_fast": "tanh",
+    "gelu_accurate": "tanh",
     "gelu": "none",
     "gelu_python": "none",
 }
