@@ -131,7 +131,8 @@ def check_geglu_mlps(model: nn.Module, *, strict: bool = True) -> list[str]:
         problem = (
             f"{len(unfused)} of {len(mapped)} modules mapped to {LAYER_NAME} do not run its forward (first: "
             f"{unfused[0]}, which runs {running}): kernelize found no {LAYER_NAME} kernel for device {device!r} in "
-            f"{mode} mode, could not load it, or was given another layer; see README, 'Kernelizing a transformers "
+            f"{mode} mode, could not load it, or was given another layer, or the model was unpickled (torch.save "
+            "keeps no kernelized forward: kernelize again after loading); see README, 'Kernelizing a transformers "
             "model'"
         )
     if strict:

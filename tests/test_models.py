@@ -8,6 +8,7 @@ user's model would get it.
 from __future__ import annotations
 
 import copy
+import io
 import os
 import re
 import socket
@@ -20,7 +21,7 @@ import kernels
 import pytest
 import torch
 
-from geglu_triton.models import KernelLoadError, kernelize_geglu_mlps
+from geglu_triton.models import KernelLoadError, check_geglu_mlps, kernelize_geglu_mlps
 from geglu_triton.publish import publish
 from child_process import child_env
 from reference import rel_error
@@ -203,6 +204,21 @@ def test_kernelizing_again_finds_the_same_classes(published):
     again = kernelize_geglu_mlps(model.train(), repo_id=published, version=1)
     assert again.classes == first.classes == ["Gemma3MLP"]
     assert again.swapped_modules == first.swapped_modules == ["model.layers.0.mlp", "model.layers.1.mlp"]
+
+
+def test_an_unpickled_kernelized_module_is_named_as_unfused(published, tmp_path):
+    """torch.save pickles a module's bound forward by name, so a loaded copy runs its class's forward again:
+    correct, unfused. check_geglu_mlps names that cause among the others."""
+    mlps = torch.nn.Sequential(*(layer.mlp for layer in tiny_model("gemma3").model.layers))
+    kernelize_geglu_mlps(mlps, repo_id=published, version=1)
+    buffer = io.BytesIO()
+    torch.save(mlps, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    with pytest.raises(KernelLoadError, match=r"the model was unpickled \(torch.save keeps no kernelized forward"):
+        check_geglu_mlps(loaded)
+    kernelize_geglu_mlps(loaded, repo_id=published, version=1)
+    assert check_geglu_mlps(loaded) == ["0", "1"]
 
 
 def test_kernelize_with_torch_compile_mode(published):
