@@ -221,10 +221,11 @@ def test_lazily_negated_tensors_give_what_their_values_give(kernel, device, dtyp
             leaf.grad = None
         args = [_negated_memory(leaf) if j == i else leaf for j, leaf in enumerate(leaves)]
         kernel.geglu_mlp(*args).sum().backward()
-        # A negated operand takes the registered op's path (see functional._needs_registered_op), which sums x's
-        # two gradient products as eager does, rounding twice where the one-step MLP rounds once.
-        assert rel_error(leaves[0].grad, expected_grads[0]) <= MLP_REL_TOL[dtype], i
-        assert all(torch.equal(leaf.grad, grad) for leaf, grad in zip(leaves[1:], expected_grads[1:])), i
+        # A negated operand takes the registered op's path (see functional._needs_registered_op): the projections'
+        # own autograd, which sums x's two gradient products as eager does, rounding twice where the one-step MLP
+        # rounds once (and may pick other GEMM kernels on a GPU). A sign lost would be a relative error near 2.
+        for leaf, grad in zip(leaves, expected_grads):
+            assert rel_error(leaf.grad, grad) <= MLP_REL_TOL[dtype], i
 
 
 def test_fake_tensor_mode_goes_through_the_ops(kernel, device):
