@@ -84,6 +84,8 @@ def _row_view(tensor: torch.Tensor) -> Optional[torch.Tensor]:
     if tensor.dim() == 0:
         tensor = tensor.reshape(1)
     if tensor.stride(-1) != 1 and tensor.shape[-1] != 1:
+        if tensor.numel() == 0:  # no element to address, so any strides describe it (an expanded empty gradient)
+            return tensor.as_strided((math.prod(tensor.shape[:-1]), tensor.shape[-1]), (tensor.shape[-1], 1))
         return None
     if tensor.dim() == 2:  # already one: a view would only cost a dispatcher round trip
         return tensor
@@ -94,17 +96,9 @@ def _row_view(tensor: torch.Tensor) -> Optional[torch.Tensor]:
 
 
 def _rows(tensor: torch.Tensor) -> torch.Tensor:
-    """The [rows, cols] view, through a contiguous copy only where no view exists (reads only).
-
-    An empty tensor counts as contiguous whatever its strides, so ``contiguous`` keeps one that has no row view
-    (the expanded zero-row gradient that ``sum`` hands back): it gets a new empty [rows, cols] tensor instead.
-    """
+    """The [rows, cols] view, through a contiguous copy only where no view exists (reads only)."""
     view = _row_view(tensor)
-    if view is not None:
-        return view
-    if tensor.numel() == 0:
-        return tensor.new_empty(math.prod(tensor.shape[:-1]), tensor.shape[-1])
-    return _row_view(tensor.contiguous())
+    return view if view is not None else _row_view(tensor.contiguous())
 
 
 def _kernel_operands(*tensors: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], int, int, tuple[int, ...]]:
