@@ -545,8 +545,7 @@ def _first_derivative_only(backward):
 class GeGLUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gate, up, approximate):
-        ctx.save_for_backward(_saveable(gate), _saveable(up))
-        ctx.approximate = approximate
+        _geglu_setup_context(ctx, (gate, up, approximate), None)  # what the registered op keeps
         return geglu_impl(gate, up, approximate)
 
     @staticmethod
@@ -573,8 +572,7 @@ class GeGLUConcatFunction(torch.autograd.Function):
 class GeGLUDownProjFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gate, up, down_weight, down_bias, approximate):
-        ctx.save_for_backward(_saveable(gate), _saveable(up), down_weight)
-        ctx.approximate = approximate
+        _geglu_down_proj_setup_context(ctx, (gate, up, down_weight, down_bias, approximate), None)
         return geglu_down_proj_impl(gate, up, down_weight, down_bias, approximate)
 
     @staticmethod
