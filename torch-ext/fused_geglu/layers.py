@@ -83,7 +83,7 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
         dropout is not None and dropout.training and getattr(dropout, "p", 1.0)
     ):
         return None
-    return _activation_module_form(act_fn) if act_fn is not None else activation_gelu_form(module)
+    return _activation_module_form(act_fn) if act_fn is not None else _gelu_form_without_act_fn(module)
 
 
 # The MLP classes warned of by _warn_that_hooks_unfuse. A set rather than functools.cache: Dynamo warns of every
@@ -115,8 +115,11 @@ def activation_gelu_form(module: nn.Module) -> Optional[str]:
     is not a GELU, or none at all, is None too.
     """
     act_fn = _submodule(module, "act_fn")
-    if act_fn is not None:
-        return _activation_module_form(act_fn)
+    return _activation_module_form(act_fn) if act_fn is not None else _gelu_form_without_act_fn(module)
+
+
+def _gelu_form_without_act_fn(module: nn.Module) -> Optional[str]:
+    """The GELU form of an MLP with no ``act_fn``: Liger's forward's (tanh), else its config's."""
     if type(module).forward.__module__.startswith("liger_kernel."):
         return "tanh"
     config = getattr(module, "config", None)
