@@ -280,7 +280,7 @@ def test_the_cli_and_the_local_hub_take_one_rule_for_names(part, is_name):
     repo_id = f"org/{part}" if is_name else f"{part}/kernel"
     hub = accepted(hub_validate_repo_id, HFValidationError, repo_id)
     cli = accepted(validate_repo_id, UsageError, repo_id)
-    served = accepted(validate_repo_name, InvalidName, part, "repository name" if is_name else "namespace")
+    served = accepted(lambda value: validate_repo_name(value, is_name=is_name), InvalidName, part)
     assert is_valid_repo_part(part, is_name=is_name) == cli == served == hub
 
 

@@ -142,10 +142,11 @@ def is_valid_unicode(text: str) -> bool:
     return _LONE_SURROGATE.search(text) is None
 
 
-def validate_repo_name(value: str, what: str = "repository name") -> str:
-    """Return ``value`` if it is a valid Hub namespace or repository name, else raise InvalidName."""
-    if not isinstance(value, str) or not is_valid_repo_part(value, is_name=what == "repository name"):
-        raise InvalidName(f"invalid {what} {value!r}: {REPO_PART_RULE}")
+def validate_repo_name(value: str, *, is_name: bool = True) -> str:
+    """Return ``value`` if it is a valid Hub repository name (or with ``is_name=False`` namespace), else raise
+    InvalidName."""
+    if not isinstance(value, str) or not is_valid_repo_part(value, is_name=is_name):
+        raise InvalidName(f"invalid {'repository name' if is_name else 'namespace'} {value!r}: {REPO_PART_RULE}")
     return value
 
 
@@ -728,7 +729,7 @@ class HubStorage:
         if kind not in REPO_KINDS:
             raise missing(f"unsupported repository type {kind!r}: the local Hub stores {', '.join(REPO_KINDS)}")
         try:
-            validate_repo_name(namespace, "namespace")
+            validate_repo_name(namespace, is_name=False)
             validate_repo_name(name)
         except InvalidName as error:
             raise missing(str(error)) from None
