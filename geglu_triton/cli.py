@@ -19,7 +19,7 @@ import importlib
 import sys
 import traceback
 
-from .errors import UsageError, UserError, from_hub_error
+from .errors import UsageError, UserError, from_hub_error, one_line, sends_a_token
 
 # command name -> (module under geglu_triton, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -43,11 +43,15 @@ def _report(prog: str, message: str, *, verbose: bool) -> None:
 
 def _translated(err: BaseException, args: argparse.Namespace | None) -> UserError | None:
     """The UserError a Hub or network error stands for, given the command's endpoint and token."""
-    from huggingface_hub import constants, get_token
-
+    try:
+        from huggingface_hub import constants
+    except Exception as hub_error:  # its constants read HF_* variables on import: the command failed there too
+        return UserError(
+            f"huggingface_hub cannot start ({type(hub_error).__name__}: {one_line(hub_error)}): check the HF_* "
+            "environment variables (HF_ENDPOINT, HF_HOME, HF_HUB_*_TIMEOUT)"
+        )
     endpoint = getattr(args, "endpoint", None) or constants.ENDPOINT
-    token_sent = bool(getattr(args, "token", None) or get_token())
-    return from_hub_error(err, endpoint=endpoint, token_sent=token_sent)
+    return from_hub_error(err, endpoint=endpoint, token_sent=sends_a_token(getattr(args, "token", None)))
 
 
 class _ArgumentParser(argparse.ArgumentParser):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -134,6 +135,41 @@ def client_token(text: str) -> str:
         ) from None
 
 
+def resolve_client_token(token: str | None) -> str | None:
+    """The token a Hub client sends: ``token`` (a checked --token) when given, else HF_TOKEN or the stored
+    login, as huggingface_hub's ``get_token`` reads them; None without any. A UserError names the source
+    where it cannot be read (HF_TOKEN_PATH a directory, a file that is not UTF-8) or sent (``check_token``).
+    """
+    if token is not None:
+        return token
+    from huggingface_hub import constants, get_token
+
+    variable = next((name for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN") if os.environ.get(name)), None)
+    source = variable or f"the stored login ({constants.HF_TOKEN_PATH})"
+    try:
+        token = get_token()
+    except (OSError, UnicodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else one_line(err)
+        raise UserError(
+            f"cannot read {source}: {reason}; fix HF_TOKEN_PATH or HF_HOME, or pass --token"
+        ) from None
+    if token is None:
+        return None
+    try:
+        return check_token(token)
+    except ValueError as err:
+        raise UserError(f"{source} cannot be sent: {err}; fix it, or pass --token") from None
+
+
+def sends_a_token(token: str | None = None) -> bool:
+    """Whether a client given ``token`` sends one (``resolve_client_token``), as an error's translation asks:
+    a login that cannot be read or sent counts as none, so that translating never raises."""
+    try:
+        return resolve_client_token(token) is not None
+    except UserError:
+        return False
+
+
 def is_valid_repo_part(part: str, *, is_name: bool = False) -> bool:
     """Whether ``part`` is a valid Hub namespace, or with ``is_name`` repository name (``REPO_PART_RULE``,
     as huggingface_hub's ``validate_repo_id`` reads it)."""
@@ -158,7 +194,12 @@ def validate_endpoint(endpoint: str, *, option: str = "--endpoint") -> str:
     """``endpoint`` without a trailing '/' when it is an http(s) URL; a UsageError otherwise."""
     if not endpoint.strip():
         raise UsageError(f"{option} is empty: give the Hub's URL (http://127.0.0.1:8080 for a local Hub)")
-    parts = urlsplit(endpoint)
+    if endpoint != endpoint.strip():
+        raise UsageError(f"{option} {endpoint!r} has spaces around it: give the URL alone")
+    try:
+        parts = urlsplit(endpoint)
+    except ValueError as err:  # an unclosed IPv6 bracket
+        raise UsageError(f"{option} {endpoint!r} is not a valid URL: {err}") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         guess = f"http://{endpoint}" if "://" not in endpoint else None
         suggestion = f": did you mean {guess}?" if guess else ""
@@ -169,6 +210,10 @@ def validate_endpoint(endpoint: str, *, option: str = "--endpoint") -> str:
         raise UsageError(f"{option} {endpoint!r} has an invalid port") from None
     if not parts.hostname:
         raise UsageError(f"{option} {endpoint!r} has no host name")
+    if parts.username is not None or parts.password is not None:  # never echoed back: it may hold a password
+        raise UsageError(f"{option} carries a user name or password: give the Hub's URL without it, and the token with --token")
+    if parts.query or parts.fragment:
+        raise UsageError(f"{option} {endpoint!r} has a query or fragment: every request's path is appended to the URL")
     return endpoint.rstrip("/")
 
 

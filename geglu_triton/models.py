@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import torch.nn as nn
 
-from .errors import UsageError, from_hub_error, one_line, validate_repo_id
+from .errors import UsageError, from_hub_error, one_line, sends_a_token, validate_repo_id
 
 #: The name under which the layer is registered, as in transformers' hub mapping.
 LAYER_NAME = "GeGLUMLP"
@@ -202,11 +202,7 @@ def load_hub_kernel(repo_id: str, version: int, trust_remote_code: bool):
 def _fetch_failure(cause: BaseException, endpoint: str) -> str:
     """A failed request as the toolkit's commands report it: a Hub that answered (no such repository) or a
     request that got no answer, with what to do; any other failure (the cache's file system) as it is."""
-    from huggingface_hub import get_token
-
-    translated = from_hub_error(
-        cause, endpoint=endpoint, token_sent=get_token() is not None, endpoint_source="HF_ENDPOINT"
-    )
+    translated = from_hub_error(cause, endpoint=endpoint, token_sent=sends_a_token(), endpoint_source="HF_ENDPOINT")
     if translated is not None:
         return str(translated)
     host = urlsplit(endpoint).hostname or ""

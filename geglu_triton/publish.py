@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import huggingface_hub
-from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, get_token
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, get_session
 from huggingface_hub.errors import (
     EntryNotFoundError,
     RepositoryNotFoundError,
@@ -54,7 +55,17 @@ from . import REPO_ROOT, layout
 from .buildinfo import read_config
 from .card import render_card
 from .check import check_build
-from .errors import UserError, client_token, directory_to_read, from_hub_error, validate_endpoint, validate_repo_id
+from .errors import (
+    UserError,
+    client_token,
+    directory_to_read,
+    from_hub_error,
+    one_line,
+    resolve_client_token,
+    sends_a_token,
+    validate_endpoint,
+    validate_repo_id,
+)
 
 REPO_TYPE = "kernel"
 MAIN_BRANCH = "main"
@@ -65,6 +76,10 @@ COMMIT_BATCH_SIZE = 1_000
 DEFAULT_ENDPOINT = "https://huggingface.co"
 # The first release whose create_commit accepts repo_type="kernel" (2.0 to 2.2 reject it).
 MIN_HUGGINGFACE_HUB = Version("2.3")
+#: How long the command waits for the Hub to connect, or to send or take the next bytes of a request
+#: (huggingface_hub's client waits forever: a server that takes the connection and never answers would
+#: hang publish). Every request publishing makes is small (the build's Python sources and JSON).
+HUB_TIMEOUT_S = 60.0
 
 
 class PublishError(UserError):
@@ -248,9 +263,14 @@ class _Hub:
 
     def _raise_translated(self, err: Exception, doing: str, hint: str = "") -> None:
         """Raise the one-line PublishError of a Hub or network error (what was sent, what to do); else return."""
-        translated = from_hub_error(err, endpoint=self.api.endpoint, token_sent=bool(self.api.token or get_token()))
+        translated = from_hub_error(err, endpoint=self.api.endpoint, token_sent=sends_a_token(self.api.token))
         if translated is not None:
             raise PublishError(f"cannot {doing}: {translated}{hint}") from err
+        if isinstance(err, (json.JSONDecodeError, KeyError)):  # an answer, but not a Hub's (a web page, other JSON)
+            raise PublishError(
+                f"cannot {doing}: the server at {self.api.endpoint} did not answer as a Hub does "
+                f"({type(err).__name__}: {one_line(err)}): check --endpoint or HF_ENDPOINT"
+            ) from err
 
     def create_repo(self, *, private: bool) -> None:
         try:
@@ -452,8 +472,9 @@ def run(args: argparse.Namespace) -> int:
     args.endpoint = endpoint  # what cli's error translation names
     if args.repo_id is not None:
         validate_repo_id(args.repo_id)
-    # token=None makes huggingface_hub use HF_TOKEN or the stored login.
-    api = HfApi(endpoint=endpoint, token=args.token)
+    # The token huggingface_hub would send (--token, else HF_TOKEN or the stored login), read and checked here.
+    api = HfApi(endpoint=endpoint, token=resolve_client_token(args.token))
+    get_session().timeout = HUB_TIMEOUT_S  # the command's own process: its one shared client
     publish(
         args.build,
         args.repo_id,

@@ -9,11 +9,16 @@ what they exercise is the Hub side.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import httpx2
+import huggingface_hub
 import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
@@ -68,11 +73,18 @@ def test_a_malformed_repo_id_is_a_usage_error(capsys, repo_id, expected):
 @pytest.mark.parametrize(
     ("endpoint", "expected"),
     [("localhost:8080", "did you mean http://localhost:8080?"), ("ftp://host", "not an http:// or https:// URL"),
-     ("http://host:port", "invalid port")],
+     ("http://host:port", "invalid port"), ("http://[::1", "is not a valid URL: Invalid IPv6 URL"),
+     (" http://host", "has spaces around it"), ("http://host?x=1", "has a query or fragment")],
 )
 def test_a_malformed_endpoint_is_a_usage_error(capsys, endpoint, expected):
     code, line = run_cli(capsys, "publish", "--repo-id", "org/k", "--endpoint", endpoint)
     assert code == 2 and f"--endpoint {endpoint!r}" in line and expected in line
+
+
+def test_an_endpoint_with_a_password_is_refused_without_echoing_it(capsys):
+    """It was taken, and echoed back in 'publishing ... (http://user:pw@host)'."""
+    code, line = run_cli(capsys, "publish", "--repo-id", "org/k", "--endpoint", "http://user:s3cret@127.0.0.1:8080")
+    assert code == 2 and "--endpoint carries a user name or password" in line and "s3cret" not in line, line
 
 
 def test_an_endpoint_is_named_where_it_came_from(capsys, monkeypatch):
@@ -310,6 +322,95 @@ def test_https_against_a_plain_http_server(capsys, publish_args, hub):
     https = hub.endpoint.replace("http://", "https://")
     code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", https)
     assert code == 1 and "TLS handshake" in line and f"use --endpoint {hub.endpoint}" in line
+
+
+class _Server:
+    """A loopback TCP server in a thread: ``answer`` bytes to each request, or nothing at all (None)."""
+
+    def __init__(self, answer: bytes | None):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.answer, self.held = answer, []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            self.held.append(conn)
+            if self.answer is not None:
+                conn.recv(65536)
+                conn.sendall(self.answer)
+                conn.close()
+
+    def close(self):
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+def _http_answer(body: bytes, content_type: str) -> bytes:
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    return head.encode() + body
+
+
+@pytest.mark.parametrize(
+    ("answer", "problem"),
+    [(_http_answer(b"<html>hello</html>", "text/html"), "JSONDecodeError"), (_http_answer(b"{}", "application/json"), "KeyError: 'url'")],
+    ids=["web-page", "other-json"],
+)
+def test_a_server_that_is_not_a_hub(capsys, publish_args, answer, problem):
+    """A web page or JSON without the Hub's fields was 'unexpected JSONDecodeError' / 'unexpected KeyError'."""
+    server = _Server(answer)
+    try:
+        code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", server.endpoint)
+    finally:
+        server.close()
+    assert code == 1 and f"the server at {server.endpoint} did not answer as a Hub does ({problem}" in line, line
+
+
+def test_a_server_that_never_answers(capsys, publish_args, monkeypatch):
+    """huggingface_hub's client waits forever: publish hung without a word on a server that took the connection."""
+    monkeypatch.setattr(publish_module, "HUB_TIMEOUT_S", 0.5)
+    server = _Server(None)
+    try:
+        code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", server.endpoint)
+    finally:
+        server.close()
+        huggingface_hub.close_session()  # the next client waits as huggingface_hub's default does
+    assert code == 1 and f"POST {server.endpoint}/api/repos/create" in line and "did not answer in time" in line, line
+
+
+def test_a_login_that_cannot_be_read(capsys, publish_args, monkeypatch, tmp_path):
+    """A directory as the login file (HF_TOKEN_PATH, read by huggingface_hub on import) was a 100-line traceback:
+    the error handler read it again."""
+    monkeypatch.delenv("HF_TOKEN")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path))
+    code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", refused_endpoint())
+    expected = f"cannot read the stored login ({tmp_path}): Is a directory; fix HF_TOKEN_PATH or HF_HOME, or pass --token"
+    assert code == 1 and expected in line, line
+
+
+def test_an_hf_token_that_cannot_be_sent(capsys, publish_args, monkeypatch):
+    """It was 'unexpected UnicodeEncodeError'; --token had the rule, HF_TOKEN now has it too, and is never printed."""
+    monkeypatch.setenv("HF_TOKEN", "s3cret\udcff")  # what a non-UTF-8 byte in the environment decodes to
+    code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", refused_endpoint())
+    assert code == 1 and "HF_TOKEN cannot be sent: the token must be visible ASCII" in line and "s3cret" not in line
+
+
+def test_huggingface_hub_that_cannot_start_is_named(tmp_path):
+    """huggingface_hub reads HF_* variables when imported: a bad one failed the command's import, and the error
+    handler's own import of it then printed two tracebacks."""
+    env = {**os.environ, "HF_ENDPOINT": "http://[::1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "geglu_triton", "check", str(tmp_path)], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 1 and result.stderr.splitlines() == [
+        "geglu-triton check: error: huggingface_hub cannot start (ValueError: Invalid IPv6 URL): check the HF_* "
+        "environment variables (HF_ENDPOINT, HF_HOME, HF_HUB_*_TIMEOUT)"
+    ], result.stderr
 
 
 # --- the Hub refuses: exit 1, the right advice for the right Hub -------------------
