@@ -13,7 +13,7 @@ message about its framework enum.
 Some fields are checked further than ``Build.open`` does, so that a mistake
 fails the build with a message instead of giving a wrong one:
 
-- ``backends`` lists each backend once;
+- ``backends`` lists at least one backend, each once;
 - ``pyext`` lists extensions without dots, ``"py"`` among them (without it the
   package's modules, ``__init__.py`` first, would not be built);
 - ``cuda_capabilities`` are compute capabilities in the forms kernel-builder
@@ -159,7 +159,9 @@ def _check_python_depends(toml_path: Path, general: dict, backends: tuple[str, .
 
 
 def _check_backends(toml_path: Path, backends: tuple[str, ...]) -> None:
-    """Reject a backend listed twice, which Build.open accepts."""
+    """Reject an empty list (a build of no variant) and a backend listed twice, which Build.open accepts."""
+    if not backends:
+        raise ConfigError(f"{toml_path}: [general] backends is empty: list the backends to build, e.g. [\"cuda\", \"cpu\"]")
     repeated = sorted({backend for backend in backends if backends.count(backend) > 1})
     if repeated:
         raise ConfigError(f"{toml_path}: [general] backends lists {', '.join(map(repr, repeated))} more than once")

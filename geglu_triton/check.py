@@ -165,16 +165,20 @@ def _check_metadata(variant: Path, where: str, backend: str, config: KernelConfi
             if metadata.id != namespace:
                 violations.append(disagreement("id", metadata.id, namespace, f"{layout.OPS_FILE} (for {backend})"))
 
+    return violations + digest_violations(variant, where, metadata)
+
+
+def digest_violations(variant: Path, where: str, metadata: Metadata) -> list[Violation]:
+    """Where the variant's files differ from what its metadata's digest records (edited after the build)."""
     if metadata.digest is None:
-        violations.append(Violation("digest", f"{where}/{layout.METADATA_FILE}", "no digest"))
-    else:
-        try:
-            metadata.digest.validate(Digest.hash_variant(metadata.digest.algorithm, variant))
-        except DigestValidationError as err:
-            violations += [Violation("digest", where, str(v)) for v in err.violations]
-        except OSError as err:  # a link it cannot follow, which the layout check reports
-            violations.append(Violation("digest", where, f"kernels-data cannot hash the files: {err}"))
-    return violations
+        return [Violation("digest", f"{where}/{layout.METADATA_FILE}", "no digest")]
+    try:
+        metadata.digest.validate(Digest.hash_variant(metadata.digest.algorithm, variant))
+    except DigestValidationError as err:
+        return [Violation("digest", where, str(v)) for v in err.violations]
+    except OSError as err:  # a link it cannot follow (the layout check reports it), a file it may not read
+        return [Violation("digest", where, f"kernels-data cannot hash the files: {err}")]
+    return []
 
 
 def _check_op_registrations(variant: Path, where: str) -> list[Violation]:

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import torch.nn as nn
 
+from . import layout
 from .errors import UsageError, from_hub_error, one_line, sends_a_token, validate_repo_id
 
 #: The name under which the layer is registered, as in transformers' hub mapping.
@@ -145,19 +146,32 @@ def load_local_kernel(build_dir: Path):
     """``kernels.get_local_kernel``, with a directory that holds no variant for this torch, or one that does not load,
     reported in one line."""
     from kernels import get_local_kernel
+    from kernels._rust import Metadata
+
+    from .check import digest_violations
 
     try:
-        return get_local_kernel(build_dir)
+        kernel = get_local_kernel(build_dir)
     except FileNotFoundError as cause:  # kernels' message lists every variant it tried, over many lines
         raise KernelLoadError(
             f"no build variant for this torch in {build_dir} ({one_line(cause).rstrip(':')}): build one with "
             f"`python -m geglu_triton build --out {build_dir}`"
         ) from None
-    except (OSError, ValueError, ImportError) as cause:  # a variant without metadata.json, a corrupt one, a bad module
+    except Exception as cause:  # no or corrupt metadata.json; importing the variant runs its code: any error is its
         raise KernelLoadError(
             f"cannot load the build in {build_dir} ({type(cause).__name__}: {one_line(cause)}): "
             f"`python -m geglu_triton check {build_dir}` names what is wrong with it"
         ) from None
+    # kernels does not compare the files with the digest: a variant edited after the build would run as the
+    # build its metadata names (and a benchmark would record that build's identity).
+    variant = Path(kernel.__file__).parent
+    violations = digest_violations(variant, variant.name, Metadata.read_from_file(variant / layout.METADATA_FILE))
+    if violations:
+        raise KernelLoadError(
+            f"the build in {build_dir} was changed after it was built ({violations[0]}): build it again with "
+            f"`python -m geglu_triton build --out {build_dir}`"
+        )
+    return kernel
 
 
 def load_hub_kernel(repo_id: str, version: int, trust_remote_code: bool):

@@ -369,6 +369,10 @@ def test_build_refuses_a_module_that_is_not_utf8(tmp_path):
             lambda toml: toml.replace('backends = ["cpu", "cuda"]', 'backends = ["cuda", "cpu", "cuda"]'),
             r"\[general\] backends lists 'cuda' more than once",
         ),
+        (
+            lambda toml: toml.replace('backends = ["cpu", "cuda"]', "backends = []"),
+            r"\[general\] backends is empty: list the backends to build",
+        ),
     ],
     ids=[
         "no torch-noarch",
@@ -383,6 +387,7 @@ def test_build_refuses_a_module_that_is_not_utf8(tmp_path):
         "rocm feature flags",
         "capabilities without the backend",
         "backend twice",
+        "no backend",  # was 'unexpected UnboundLocalError', after deleting the variants already in --out
     ],
 )
 def test_build_toml_mistakes_are_refused_with_what_is_wrong(tmp_path, edit, message):

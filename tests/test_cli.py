@@ -252,6 +252,34 @@ def test_a_kernel_dir_that_does_not_load_is_a_usage_error(capsys, tmp_path, buil
         assert line.endswith(f"`python -m geglu_triton check {copy}` names what is wrong with it"), line
 
 
+@pytest.mark.parametrize(
+    ("appended", "expected"),
+    [
+        ("\ndef (\n", "cannot load the build in {copy} (SyntaxError: "),
+        ("\nraise RuntimeError('boom')\n", "cannot load the build in {copy} (RuntimeError: boom)"),
+        ("\n# edited after the build\n", "the build in {copy} was changed after it was built ([digest] {variant}: File hash mismatch for __init__.py"),
+    ],
+    ids=["syntax-error", "raises-on-import", "edited"],
+)
+def test_a_kernel_dir_whose_code_fails_or_was_edited_is_a_usage_error(tmp_path, build_dir, appended, expected):
+    """A variant whose import raised something other than an ImportError was 'unexpected SyntaxError' (and the
+    like); one edited after the build ran as the build its metadata names, and its results said so. In a
+    subprocess: an imported copy of the build must not own the kernel's module name in this one."""
+    copy, variant = tmp_path / "build", variant_for_this_torch()
+    shutil.copytree(build_dir, copy)
+    with open(copy / variant / "__init__.py", "a") as module:
+        module.write(appended)
+    result = subprocess.run(
+        [sys.executable, "-m", "geglu_triton", "profile", "--kernel-dir", str(copy), "--out", str(tmp_path / "out")],
+        capture_output=True, text=True,
+    )
+    # kernels' own warning about a build of uncommitted changes (a checkout being edited) aside
+    lines = [line for line in result.stderr.splitlines() if "was built from a dirty git tree" not in line]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("geglu-triton profile: error: --kernel-dir: " + expected.format(copy=copy, variant=variant))
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, a directory nothing can be created in")
 def test_a_hub_data_directory_that_cannot_be_created_is_one_line(capsys):
     code, line = run_cli(capsys, "hub", "serve", "--data", "/proc/fused-geglu-hub", "--port", "0")
