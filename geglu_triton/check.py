@@ -130,6 +130,8 @@ def _check_metadata(variant: Path, where: str, backend: str, config: KernelConfi
         metadata = Metadata.read_from_file(metadata_path)
     except ValueError as err:
         return [Violation("metadata", f"{where}/{layout.METADATA_FILE}", f"kernels-data cannot parse it: {err}")]
+    except OSError as err:  # not allowed to read it
+        return [Violation("metadata", f"{where}/{layout.METADATA_FILE}", f"kernels-data cannot read it: {err}")]
 
     def disagreement(field: str, found: object, expected: object, source: str) -> Violation:
         return Violation(

@@ -8,8 +8,10 @@ Every command reports a failure the same way, here: one line on stderr,
 ``geglu-triton <command>: error: <what went wrong and what to do>``, exit code
 2 for a wrong argument, 1 for a failure and 130 for Ctrl-C. Commands raise
 ``errors.UserError`` (or a subclass); Hub, HTTP and network errors are
-translated by ``errors.from_hub_error``; anything else is a bug, reported in
-one line too. ``--verbose`` adds the traceback.
+translated by ``errors.from_hub_error``; an OSError about a file is the file
+system's answer (not allowed, a directory where a file goes), said with the
+file's name; anything else is a bug, reported in one line too. ``--verbose``
+adds the traceback.
 """
 
 from __future__ import annotations
@@ -94,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         if user_error is not None:
             _report(prog, str(user_error), verbose=verbose)
             return user_error.exit_code
+        if isinstance(err, OSError) and err.filename is not None:  # the file system refused: not allowed, not a file
+            _report(prog, f"{err.filename}: {err.strerror or err}", verbose=verbose)
+            return 1
         hint = "" if verbose else f" (run again with {VERBOSE_FLAG} for the traceback)"
         _report(prog, f"unexpected {type(err).__name__}: {err}{hint}", verbose=verbose)
         return 1

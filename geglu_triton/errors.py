@@ -22,6 +22,7 @@ import argparse
 import math
 import os
 import re
+import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -83,7 +84,10 @@ def directory_to_write(text: str) -> Path:
     if not text:
         raise argparse.ArgumentTypeError("an empty path: name a directory ('.' for the current one)")
     path = Path(text)
-    blocker = next((p for p in (path, *path.parents) if p.exists()), None)  # the nearest part that exists
+    try:
+        blocker = next((p for p in (path, *path.parents) if p.exists()), None)  # the nearest part that exists
+    except OSError as err:  # a name longer than the file system takes
+        raise argparse.ArgumentTypeError(f"{text!r}: {err.strerror or err}") from None
     if blocker is not None and not blocker.is_dir():
         if blocker == path:
             problem = "exists and is not a directory"
@@ -105,11 +109,16 @@ def directory_to_read(text: str) -> Path:
 
 
 def make_directory(path: Path, option: str) -> None:
-    """``path.mkdir(parents=True, exist_ok=True)``; a failure (read-only, not allowed) is a UserError naming ``option``."""
+    """``path.mkdir(parents=True, exist_ok=True)``, and a file created and removed in it, before a command does
+    its work and then writes there; a failure (read-only, not allowed) is a UserError naming ``option``."""
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UserError(f"cannot create {option} {path}: {err.strerror or err}") from None
+    try:
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as err:
+        raise UserError(f"cannot write in {option} {path}: {err.strerror or err}") from None
 
 
 def check_token(token: str) -> str:

@@ -22,6 +22,7 @@ import huggingface_hub
 import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
+from geglu_triton import profile as profile_module
 from geglu_triton import publish as publish_module
 from geglu_triton.cli import EXIT_INTERRUPTED, main
 from geglu_triton.errors import (
@@ -237,6 +238,26 @@ def test_an_output_directory_that_cannot_be_created_is_one_line(capsys, build_di
         assert code == 1 and line.startswith(
             f"geglu-triton {command}: error: cannot create the output directory /proc/fused-geglu-results: "
         ), line
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, a directory nothing can be written in")
+def test_an_output_directory_that_cannot_be_written_is_refused_before_the_work(capsys, build_dir, monkeypatch):
+    """An existing directory the command may not write in: it ran the whole benchmark first, then failed to save
+    the results ('unexpected PermissionError')."""
+    monkeypatch.setattr(profile_module, "profile_stages", lambda *args, **kwargs: pytest.fail("the work ran"))
+    code, line = run_cli(capsys, "profile", "--kernel-dir", str(build_dir), "--out", "/proc/self")
+    assert code == 1 and line.startswith("geglu-triton profile: error: cannot write in the output directory /proc/self: ")
+
+
+def test_a_file_system_error_names_the_file(capsys, publish_args, monkeypatch):
+    """An OSError about a file (not allowed, a directory where a file goes) is the file system's answer, not a
+    bug: it is said with the file's name, without the 'unexpected' of a bug."""
+    def refused(*args, **kwargs):
+        raise IsADirectoryError(21, "Is a directory", "/results/profile.md")
+
+    monkeypatch.setattr(publish_module, "publish", refused)
+    code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", refused_endpoint())
+    assert code == 1 and line == "geglu-triton publish: error: /results/profile.md: Is a directory", line
 
 
 def test_a_kernel_dir_that_does_not_load_is_a_usage_error(capsys, tmp_path, build_dir):
