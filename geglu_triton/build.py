@@ -35,7 +35,7 @@ from kernels._rust import Digest, DigestAlgorithm, DigestValidationError, Metada
 
 from . import REPO_ROOT, __version__, layout
 from .buildinfo import KernelConfig, SourceIdentity, git_state, read_config, source_identity
-from .errors import UserError, directory_to_write
+from .errors import UserError, directory_to_write, file_error
 from .ops_module import op_namespace, render_ops_module
 
 #: How our builds name their builder in metadata.json's provenance: this toolkit, not kernel-builder.
@@ -171,6 +171,8 @@ def build_variants(out_dir: Path, source_root: Path = REPO_ROOT) -> list[Path]:
     check_source_modules(config, files)
     ops_source = render_ops_module(config.module_name, identity.unique_id)
 
+    if out_dir.resolve().is_relative_to(config.package_dir.resolve()):  # the next build would package this one
+        raise BuildError(f"the build cannot go inside the kernel's source {config.package_dir}: choose another --out")
     names = {backend: layout.variant_dir_name(backend) for backend in config.backends}
     variants = []
     try:
@@ -184,7 +186,7 @@ def build_variants(out_dir: Path, source_root: Path = REPO_ROOT) -> list[Path]:
             validate_written_variant(variant)
             variants.append(variant)
     except OSError as err:  # not writable, not a directory, disk full
-        raise BuildError(f"cannot write the build into {out_dir}: {err}") from err
+        raise BuildError(f"cannot write the build into {out_dir}: {file_error(err)}") from err
     return variants
 
 

@@ -21,7 +21,7 @@ import importlib
 import sys
 import traceback
 
-from .errors import UsageError, UserError, from_hub_error, one_line, sends_a_token
+from .errors import UsageError, UserError, file_error, from_hub_error, one_line, sends_a_token
 
 # command name -> (module under geglu_triton, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, (_, help_text) in COMMANDS.items():
             subparsers.add_parser(name, help=help_text, add_help=False)
         # Parse only the command name first, then let its module define the rest.
+        if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):  # argparse would say COMMAND is missing
+            raise UsageError(f"unknown option {argv[0]!r}: a command comes first (see {prog} --help)")
         if not argv or argv[0] not in COMMANDS:
             parser.parse_args(argv)  # prints the help, or raises the error about a missing or unknown command
             return 0
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             _report(prog, str(user_error), verbose=verbose)
             return user_error.exit_code
         if isinstance(err, OSError) and err.filename is not None:  # the file system refused: not allowed, not a file
-            _report(prog, f"{err.filename}: {err.strerror or err}", verbose=verbose)
+            _report(prog, file_error(err), verbose=verbose)
             return 1
         hint = "" if verbose else f" (run again with {VERBOSE_FLAG} for the traceback)"
         _report(prog, f"unexpected {type(err).__name__}: {err}{hint}", verbose=verbose)

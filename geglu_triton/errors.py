@@ -121,6 +121,13 @@ def make_directory(path: Path, option: str) -> None:
         raise UserError(f"cannot write in {option} {path}: {err.strerror or err}") from None
 
 
+def file_error(err: OSError) -> str:
+    """An OSError as one line: ``<file>: <reason>`` where it names a file (not its repr, PosixPath('...'))."""
+    if err.filename is None:
+        return one_line(err)
+    return f"{err.filename}: {err.strerror or one_line(err)}"
+
+
 def check_token(token: str) -> str:
     """``token`` if an HTTP client can send it as it is, else ValueError, whose message never quotes it.
 

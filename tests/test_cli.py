@@ -119,6 +119,7 @@ def test_hub_serve_refuses_an_empty_host_and_a_bad_organization(capsys, tmp_path
     [
         ([], "geglu-triton: error: the following arguments are required: COMMAND"),
         (["nope"], "geglu-triton: error: argument COMMAND: invalid choice: 'nope'"),
+        (["--version"], "geglu-triton: error: unknown option '--version': a command comes first"),  # was: COMMAND missing
         (["hub", "serve"], "geglu-triton hub: error: the following arguments are required: --data"),
         (["publish", "--bogus"], "geglu-triton publish: error: unrecognized arguments: --bogus"),
         (["profile", "--mlp", "gemma3-5b"], "geglu-triton profile: error: argument --mlp: invalid choice: 'gemma3-5b'"),
@@ -208,6 +209,24 @@ def test_a_build_directory_that_cannot_be_created_is_one_line(capsys):
     out = Path("/proc/fused-geglu-build")  # even root cannot create it, unlike a read-only directory
     code, line = run_cli(capsys, "build", "--out", str(out))
     assert code == 1 and line.startswith(f"geglu-triton build: error: cannot write the build into {out}: ")
+
+
+def test_a_file_in_a_variants_place_is_named_as_a_path(capsys, tmp_path):
+    """The file system's error named the file by its repr, PosixPath('...')."""
+    (tmp_path / "torch-cpu").write_text("")
+    code, line = run_cli(capsys, "build", "--out", str(tmp_path))
+    assert code == 1 and line.endswith(f"cannot write the build into {tmp_path}: {tmp_path / 'torch-cpu'}: Not a directory")
+
+
+def test_a_build_inside_the_kernel_source_is_refused(capsys):
+    """The first build succeeded, leaving variants in the package, which the next build packaged in turn."""
+    from geglu_triton.buildinfo import read_config
+    from geglu_triton import REPO_ROOT
+
+    package = read_config(REPO_ROOT).package_dir
+    code, line = run_cli(capsys, "build", "--out", str(package / "build"))
+    assert code == 1 and line.endswith(f"the build cannot go inside the kernel's source {package}: choose another --out")
+    assert not (package / "build").exists()
 
 
 def test_an_empty_directory_path_is_a_usage_error(capsys, tmp_path, monkeypatch):
