@@ -230,16 +230,21 @@ def check_down_proj(gate, up, down_weight, down_bias, approximate: str) -> None:
     _check_bias("down_bias", down_bias, down_weight.shape[:1], "gate", gate)
 
 
-def concat_output_shape(x: torch.Tensor) -> torch.Size:
-    return x.shape[:-1] + (x.shape[-1] // 2,)
+# The output shapes are tuples, not torch.Size: ``x.shape[:-1] + (n,)`` builds a torch.Size, and an allocation
+# given one costs the host about 1.4 us more than given a tuple (H100 machine, v33), twice per decode MLP call.
 
 
-def linear_output_shape(x: torch.Tensor, weight: torch.Tensor) -> torch.Size:
+def concat_output_shape(x: torch.Tensor) -> tuple[int, ...]:
+    """The shape of ``geglu_concat(x)``: x's, with its last dimension halved."""
+    return (*x.shape[:-1], x.shape[-1] // 2)
+
+
+def linear_output_shape(x: torch.Tensor, weight: torch.Tensor) -> tuple[int, ...]:
     """The shape of ``F.linear(x, weight)``: x's leading dimensions, then the weight's rows."""
-    return x.shape[:-1] + (weight.shape[0],)
+    return (*x.shape[:-1], weight.shape[0])
 
 
-def check_out(out: torch.Tensor, expected_shape: torch.Size, like: torch.Tensor) -> None:
+def check_out(out: torch.Tensor, expected_shape: tuple[int, ...], like: torch.Tensor) -> None:
     """An ``out`` argument must match the result exactly (shape, dtype, device), each element its own memory."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
