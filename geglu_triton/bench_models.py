@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     out_dir = args.out or environment.default_results_dir(device)
     make_directory(out_dir, "the output directory")
     json_path = out_dir / "models.json"
-    if device.type == "cpu" and args.models and list(args.models) != list(plan.sizes):
+    if device.type == "cpu" and args.models and set(args.models) != set(plan.sizes):
         _print(f"bench --models: no GPU, so the tiny config instead of {' '.join(args.models)}")
     _print(f"bench --models: {environment.device_name(device)}, sizes {' '.join(plan.sizes)}, writing to {out_dir}")
 

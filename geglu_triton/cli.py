@@ -9,14 +9,15 @@ Every command reports a failure the same way, here: one line on stderr,
 2 for a wrong argument, 1 for a failure and 130 for Ctrl-C. Commands raise
 ``errors.UserError`` (or a subclass); Hub, HTTP and network errors are
 translated by ``errors.from_hub_error``; an OSError about a file is the file
-system's answer (not allowed, a directory where a file goes), said with the
-file's name; anything else is a bug, reported in one line too. ``--verbose``
+system's refusal (not allowed, read-only, a directory where a file goes,
+full), said with the file's name; anything else is a bug, reported in one line too. ``--verbose``
 adds the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 import traceback
@@ -34,6 +35,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("profile", "profile the GeGLU MLP stages with torch.profiler"),
 }
 VERBOSE_FLAG = "--verbose"
+#: An OSError with one of these, about a named file, is the file system's answer to what the user asked
+#: (where to write, what to read), not a bug: it is reported as ``<file>: <reason>``.
+REFUSALS_OF_THE_FILE_SYSTEM = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOTDIR, errno.ENOSPC, errno.EDQUOT, errno.ENAMETOOLONG}
+)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
@@ -47,7 +53,11 @@ def _translated(err: BaseException, args: argparse.Namespace | None) -> UserErro
     """The UserError a Hub or network error stands for, given the command's endpoint and token."""
     try:
         from huggingface_hub import constants
-    except Exception as hub_error:  # its constants read HF_* variables on import: the command failed there too
+    except ImportError:  # not installed: the error is what it is
+        return None
+    except Exception as hub_error:  # its constants read HF_* variables on import
+        if type(hub_error) is not type(err) or str(hub_error) != str(err):  # the command failed elsewhere
+            return None
         return UserError(
             f"huggingface_hub cannot start ({type(hub_error).__name__}: {one_line(hub_error)}): check the HF_* "
             "environment variables (HF_ENDPOINT, HF_HOME, HF_HUB_*_TIMEOUT)"
@@ -74,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
         for name, (_, help_text) in COMMANDS.items():
             subparsers.add_parser(name, help=help_text, add_help=False)
-        # Parse only the command name first, then let its module define the rest.
         if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):  # argparse would say COMMAND is missing
             raise UsageError(f"unknown option {argv[0]!r}: a command comes first (see {prog} --help)")
+        # Parse only the command name first, then let its module define the rest.
         if not argv or argv[0] not in COMMANDS:
             parser.parse_args(argv)  # prints the help, or raises the error about a missing or unknown command
             return 0
@@ -98,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         if user_error is not None:
             _report(prog, str(user_error), verbose=verbose)
             return user_error.exit_code
-        if isinstance(err, OSError) and err.filename is not None:  # the file system refused: not allowed, not a file
+        if isinstance(err, OSError) and err.filename is not None and err.errno in REFUSALS_OF_THE_FILE_SYSTEM:
             _report(prog, file_error(err), verbose=verbose)
             return 1
         hint = "" if verbose else f" (run again with {VERBOSE_FLAG} for the traceback)"

@@ -10,17 +10,19 @@ where, and what to do; the advice to request kernel-publishing access applies
 to huggingface.co only.
 
 Repository ids and endpoints are checked by ``validate_repo_id`` and
-``validate_endpoint`` before any request is made; ``positive_int`` and
-``positive_float`` are the ``type`` of every option that takes a count or an amount,
-``directory_to_write`` of every option naming a directory a command creates or fills;
-``check_token`` is the one rule for a Hub token, the local Hub's and a client's.
+``validate_endpoint`` before any request is made, and the login a client would
+send by ``check_client_login``; ``positive_int`` and ``positive_float`` are the
+``type`` of every option that takes a count or an amount, ``directory_to_write``
+of every option naming a directory a command creates or fills (``make_directory``
+creates it, and checks that it can be written, before the command's work);
+``check_token`` is the one rule for a Hub token, the local Hub's and a client's;
+``file_error`` says an OSError in one line, with the file's name.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 import tempfile
 from pathlib import Path
@@ -87,7 +89,7 @@ def directory_to_write(text: str) -> Path:
     try:
         blocker = next((p for p in (path, *path.parents) if p.exists()), None)  # the nearest part that exists
     except OSError as err:  # a name longer than the file system takes
-        raise argparse.ArgumentTypeError(f"{text!r}: {err.strerror or err}") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: {os_reason(err)}") from None
     if blocker is not None and not blocker.is_dir():
         if blocker == path:
             problem = "exists and is not a directory"
@@ -103,8 +105,11 @@ def directory_to_read(text: str) -> Path:
     if not text:
         raise argparse.ArgumentTypeError("an empty path: name a directory ('.' for the current one)")
     path = Path(text)
-    if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} {'is not a directory' if path.exists() else 'does not exist'}")
+    try:
+        if not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text!r} {'is not a directory' if path.exists() else 'does not exist'}")
+    except OSError as err:  # a name longer than the file system takes
+        raise argparse.ArgumentTypeError(f"{text!r}: {os_reason(err)}") from None
     return path
 
 
@@ -114,18 +119,23 @@ def make_directory(path: Path, option: str) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise UserError(f"cannot create {option} {path}: {err.strerror or err}") from None
+        raise UserError(f"cannot create {option} {path}: {os_reason(err)}") from None
     try:
         tempfile.TemporaryFile(dir=path).close()
     except OSError as err:
-        raise UserError(f"cannot write in {option} {path}: {err.strerror or err}") from None
+        raise UserError(f"cannot write in {option} {path}: {os_reason(err)}") from None
+
+
+def os_reason(err: OSError) -> str:
+    """What the system said of an OSError ("Permission denied"), without its errno and file."""
+    return err.strerror or one_line(err)
 
 
 def file_error(err: OSError) -> str:
     """An OSError as one line: ``<file>: <reason>`` where it names a file (not its repr, PosixPath('...'))."""
     if err.filename is None:
         return one_line(err)
-    return f"{err.filename}: {err.strerror or one_line(err)}"
+    return f"{err.filename}: {os_reason(err)}"
 
 
 def check_token(token: str) -> str:
@@ -151,37 +161,53 @@ def client_token(text: str) -> str:
         ) from None
 
 
-def resolve_client_token(token: str | None) -> str | None:
-    """The token a Hub client sends: ``token`` (a checked --token) when given, else HF_TOKEN or the stored
-    login, as huggingface_hub's ``get_token`` reads them; None without any. A UserError names the source
-    where it cannot be read (HF_TOKEN_PATH a directory, a file that is not UTF-8) or sent (``check_token``).
-    """
-    if token is not None:
-        return token
+def _login_sources() -> str:
+    """Where huggingface_hub finds the token it sends when none is passed (``get_token``), as errors name them."""
+    from huggingface_hub import constants
+
+    return f"HF_TOKEN, HF_OIDC_RESOURCE or the stored login at {constants.HF_TOKEN_PATH}"
+
+
+def _implicit_token() -> str | None:
+    """The token huggingface_hub sends when none is passed: ``get_token()``'s, or None where there is none or
+    HF_HUB_DISABLE_IMPLICIT_TOKEN is set; a UserError where it cannot be read."""
     from huggingface_hub import constants, get_token
 
-    variable = next((name for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN") if os.environ.get(name)), None)
-    source = variable or f"the stored login ({constants.HF_TOKEN_PATH})"
-    try:
-        token = get_token()
-    except (OSError, UnicodeError) as err:
-        reason = err.strerror if isinstance(err, OSError) and err.strerror else one_line(err)
-        raise UserError(
-            f"cannot read {source}: {reason}; fix HF_TOKEN_PATH or HF_HOME, or pass --token"
-        ) from None
-    if token is None:
+    if constants.HF_HUB_DISABLE_IMPLICIT_TOKEN:
         return None
     try:
-        return check_token(token)
+        return get_token()
+    except Exception as err:  # a login file it may not read, or not UTF-8; a failed OIDC exchange
+        reason = file_error(err) if isinstance(err, OSError) else f"{type(err).__name__}: {one_line(err)}"
+        raise UserError(
+            f"cannot read the Hub login ({_login_sources()}): {reason}; fix it, or pass --token"
+        ) from None
+
+
+def check_client_login(token: str | None) -> None:
+    """Refuse, before any request, a login that huggingface_hub would fail to read or to send.
+
+    ``token`` (a --token, already checked) is sent as given; without it the
+    client sends ``_implicit_token``'s, which must pass ``check_token``.
+    """
+    if token is not None:
+        return
+    implicit = _implicit_token()
+    if implicit is None:
+        return
+    try:
+        check_token(implicit)
     except ValueError as err:
-        raise UserError(f"{source} cannot be sent: {err}; fix it, or pass --token") from None
+        raise UserError(f"the Hub login ({_login_sources()}) cannot be sent: {err}; fix it, or pass --token") from None
 
 
 def sends_a_token(token: str | None = None) -> bool:
-    """Whether a client given ``token`` sends one (``resolve_client_token``), as an error's translation asks:
-    a login that cannot be read or sent counts as none, so that translating never raises."""
+    """Whether a client given ``token`` sends one, as an error's translation asks: a login that cannot be read
+    counts as none, so that translating never raises."""
+    if token is not None:
+        return True
     try:
-        return resolve_client_token(token) is not None
+        return _implicit_token() is not None
     except UserError:
         return False
 
@@ -215,7 +241,7 @@ def validate_endpoint(endpoint: str, *, option: str = "--endpoint") -> str:
     try:
         parts = urlsplit(endpoint)
     except ValueError as err:  # an unclosed IPv6 bracket
-        raise UsageError(f"{option} {endpoint!r} is not a valid URL: {err}") from None
+        raise UsageError(f"{option} {endpoint!r} is not a valid URL ({err}): write an IPv6 host as http://[::1]:8080") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         guess = f"http://{endpoint}" if "://" not in endpoint else None
         suggestion = f": did you mean {guess}?" if guess else ""
@@ -229,7 +255,9 @@ def validate_endpoint(endpoint: str, *, option: str = "--endpoint") -> str:
     if parts.username is not None or parts.password is not None:  # never echoed back: it may hold a password
         raise UsageError(f"{option} carries a user name or password: give the Hub's URL without it, and the token with --token")
     if parts.query or parts.fragment:
-        raise UsageError(f"{option} {endpoint!r} has a query or fragment: every request's path is appended to the URL")
+        raise UsageError(
+            f"{option} {endpoint!r} has a query or fragment: remove it (every request's path is appended to the URL)"
+        )
     return endpoint.rstrip("/")
 
 

@@ -143,35 +143,51 @@ def check_geglu_mlps(model: nn.Module, *, strict: bool = True) -> list[str]:
 
 
 def load_local_kernel(build_dir: Path):
-    """``kernels.get_local_kernel``, with a directory that holds no variant for this torch, or one that does not load,
-    reported in one line."""
+    """``kernels.get_local_kernel``, with a directory that holds no variant for this torch, one that does not load,
+    or one whose files differ from what its metadata's digest records, reported in one line."""
     from kernels import get_local_kernel
-    from kernels._rust import Metadata
 
-    from .check import digest_violations
-
+    changed = _digest_mismatch(build_dir)
+    if changed is not None:
+        raise KernelLoadError(
+            f"the build in {build_dir} fails its digest check ({changed}): its files are not the ones built; build "
+            f"it again with `python -m geglu_triton build --out {build_dir}`"
+        )
     try:
-        kernel = get_local_kernel(build_dir)
+        return get_local_kernel(build_dir)
     except FileNotFoundError as cause:  # kernels' message lists every variant it tried, over many lines
         raise KernelLoadError(
             f"no build variant for this torch in {build_dir} ({one_line(cause).rstrip(':')}): build one with "
             f"`python -m geglu_triton build --out {build_dir}`"
-        ) from None
+        ) from cause
     except Exception as cause:  # no or corrupt metadata.json; importing the variant runs its code: any error is its
         raise KernelLoadError(
             f"cannot load the build in {build_dir} ({type(cause).__name__}: {one_line(cause)}): "
             f"`python -m geglu_triton check {build_dir}` names what is wrong with it"
-        ) from None
-    # kernels does not compare the files with the digest: a variant edited after the build would run as the
-    # build its metadata names (and a benchmark would record that build's identity).
-    variant = Path(kernel.__file__).parent
-    violations = digest_violations(variant, variant.name, Metadata.read_from_file(variant / layout.METADATA_FILE))
-    if violations:
-        raise KernelLoadError(
-            f"the build in {build_dir} was changed after it was built ({violations[0]}): build it again with "
-            f"`python -m geglu_triton build --out {build_dir}`"
-        )
-    return kernel
+        ) from cause
+
+
+def _digest_mismatch(build_dir: Path) -> str | None:
+    """The first digest violation among the build's variants (``check``'s rule), before any is imported.
+
+    kernels never compares a variant's files with its metadata's digest: an
+    edited variant would run, and a benchmark would record the identity of
+    the build its metadata names. A variant whose metadata cannot be read is
+    left to the load, which reports it.
+    """
+    from kernels._rust import Metadata
+
+    from .check import digest_violations
+
+    for variant in layout.discover_variants(Path(build_dir)):
+        try:
+            metadata = Metadata.read_from_file(variant / layout.METADATA_FILE)
+        except (OSError, ValueError):
+            continue
+        violations = digest_violations(variant, variant.name, metadata)
+        if violations:
+            return str(violations[0])
+    return None
 
 
 def load_hub_kernel(repo_id: str, version: int, trust_remote_code: bool):
@@ -254,7 +270,8 @@ def kernelize_geglu_mlps(
 
     Args:
         repo_id, version: the Hub kernel to use (``get_kernel(repo_id, version=version)``).
-        local_path: a local build directory to use instead of the Hub.
+        local_path: a local build directory to use instead of the Hub; refused where its files differ from
+            what its metadata.json digests record (edited after the build).
         mode: a ``kernels.Mode``; by default TRAINING when the model is in
             training mode, else INFERENCE.
         device: the device type to kernelize for; by default the model's.

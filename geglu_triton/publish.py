@@ -57,11 +57,11 @@ from .card import render_card
 from .check import check_build
 from .errors import (
     UserError,
+    check_client_login,
     client_token,
     directory_to_read,
     from_hub_error,
     one_line,
-    resolve_client_token,
     sends_a_token,
     validate_endpoint,
     validate_repo_id,
@@ -80,6 +80,24 @@ MIN_HUGGINGFACE_HUB = Version("2.3")
 #: (huggingface_hub's client waits forever: a server that takes the connection and never answers would
 #: hang publish). Every request publishing makes is small (the build's Python sources and JSON).
 HUB_TIMEOUT_S = 60.0
+
+
+def bound_hub_requests(timeout_s: float) -> None:
+    """Make every request of huggingface_hub's shared client in this process give up after ``timeout_s``
+    without progress (the command's own process: ``run`` calls it; ``publish`` leaves callers' clients alone).
+
+    The client's default timeout is not enough: some calls (the paginated file listing) pass ``timeout=None``
+    per request. A request hook sets the request's ``timeout`` extension, which httpx's transports read when
+    they send it, after those arguments were applied.
+    """
+    session = get_session()
+    timeout = type(session.timeout)(timeout_s).as_dict()  # huggingface_hub's httpx flavour's Timeout
+
+    def bounded(request) -> None:
+        request.extensions["timeout"] = timeout
+
+    hooks = session.event_hooks
+    session.event_hooks = {**hooks, "request": [*hooks["request"], bounded]}
 
 
 class PublishError(UserError):
@@ -472,9 +490,9 @@ def run(args: argparse.Namespace) -> int:
     args.endpoint = endpoint  # what cli's error translation names
     if args.repo_id is not None:
         validate_repo_id(args.repo_id)
-    # The token huggingface_hub would send (--token, else HF_TOKEN or the stored login), read and checked here.
-    api = HfApi(endpoint=endpoint, token=resolve_client_token(args.token))
-    get_session().timeout = HUB_TIMEOUT_S  # the command's own process: its one shared client
+    check_client_login(args.token)
+    api = HfApi(endpoint=endpoint, token=args.token)  # None: huggingface_hub's own login, as it decides
+    bound_hub_requests(HUB_TIMEOUT_S)
     publish(
         args.build,
         args.repo_id,

@@ -75,15 +75,18 @@ def variant_for_this_torch() -> str:
     return "torch-cpu"
 
 
-def write_tiny_variant(root: Path, *, name: str, module_id: str, version: int = 1) -> Path:
+def write_tiny_variant(
+    root: Path, *, name: str, module_id: str, version: int = 1, init_source: str | None = None
+) -> Path:
     """A hand-made noarch variant, ``root/build/<the variant this torch loads>``, with a valid metadata.json.
 
-    Its ``__init__.py`` defines ``greet()``; ``module_id`` is the import name kernels uses, so
-    give every repository its own.
+    Its ``__init__.py`` is ``init_source``, by default one that defines ``greet()``; ``module_id``
+    is the import name kernels uses, so give every repository its own.
     """
     variant = root / "build" / variant_for_this_torch()
     variant.mkdir(parents=True)
-    (variant / "__init__.py").write_text(f'def greet():\n    return "hello from {name}"\n')
+    default_source = f'def greet():\n    return "hello from {name}"\n'
+    (variant / "__init__.py").write_text(default_source if init_source is None else init_source)
     digest = {
         path.relative_to(variant).as_posix(): base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode()
         for path in sorted(variant.rglob("*"))

@@ -400,6 +400,15 @@ def test_build_toml_mistakes_are_refused_with_what_is_wrong(tmp_path, edit, mess
     assert not (tmp_path / "build").exists()
 
 
+def test_a_build_inside_the_kernel_source_is_refused(tmp_path):
+    """The first build succeeded, leaving variants in the package, which the next build packaged in turn."""
+    source = tiny_source(tmp_path / "source")
+    package = read_config(source).package_dir
+    with pytest.raises(BuildError, match=re.escape(f"the build cannot go inside the kernel's source {package}")):
+        build_variants(package / "build", source)
+    assert not (package / "build").exists()
+
+
 def test_every_capability_form_kernels_parses_reaches_the_metadata(tmp_path):
     source = tiny_source(tmp_path / "source")
     toml = source / "build.toml"

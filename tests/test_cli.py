@@ -15,12 +15,13 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx2
 import huggingface_hub
 import pytest
-from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.errors import HfHubHTTPError, OIDCError
 
 from geglu_triton import profile as profile_module
 from geglu_triton import publish as publish_module
@@ -30,10 +31,18 @@ from geglu_triton.errors import (
     from_hub_error,
     is_valid_repo_part,
     one_line,
+    sends_a_token,
     validate_endpoint,
     validate_repo_id,
 )
-from hub_helpers import variant_for_this_torch
+from hub_helpers import variant_for_this_torch, write_tiny_variant
+
+
+@pytest.fixture(autouse=True)
+def fresh_hub_session():
+    """publish bounds the requests of huggingface_hub's shared client (its process's): the next test gets a new one."""
+    yield
+    huggingface_hub.close_session()
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str]:
@@ -74,8 +83,8 @@ def test_a_malformed_repo_id_is_a_usage_error(capsys, repo_id, expected):
 @pytest.mark.parametrize(
     ("endpoint", "expected"),
     [("localhost:8080", "did you mean http://localhost:8080?"), ("ftp://host", "not an http:// or https:// URL"),
-     ("http://host:port", "invalid port"), ("http://[::1", "is not a valid URL: Invalid IPv6 URL"),
-     (" http://host", "has spaces around it"), ("http://host?x=1", "has a query or fragment")],
+     ("http://host:port", "invalid port"), ("http://[::1", "is not a valid URL (Invalid IPv6 URL): write an IPv6 host as http://[::1]:8080"),
+     (" http://host", "has spaces around it"), ("http://host?x=1", "has a query or fragment: remove it")],
 )
 def test_a_malformed_endpoint_is_a_usage_error(capsys, endpoint, expected):
     code, line = run_cli(capsys, "publish", "--repo-id", "org/k", "--endpoint", endpoint)
@@ -218,17 +227,6 @@ def test_a_file_in_a_variants_place_is_named_as_a_path(capsys, tmp_path):
     assert code == 1 and line.endswith(f"cannot write the build into {tmp_path}: {tmp_path / 'torch-cpu'}: Not a directory")
 
 
-def test_a_build_inside_the_kernel_source_is_refused(capsys):
-    """The first build succeeded, leaving variants in the package, which the next build packaged in turn."""
-    from geglu_triton.buildinfo import read_config
-    from geglu_triton import REPO_ROOT
-
-    package = read_config(REPO_ROOT).package_dir
-    code, line = run_cli(capsys, "build", "--out", str(package / "build"))
-    assert code == 1 and line.endswith(f"the build cannot go inside the kernel's source {package}: choose another --out")
-    assert not (package / "build").exists()
-
-
 def test_an_empty_directory_path_is_a_usage_error(capsys, tmp_path, monkeypatch):
     """Path('') is the current directory: a command given --out '' filled it with variants or repositories, and
     one given a build '' read the current directory as one."""
@@ -293,30 +291,31 @@ def test_a_kernel_dir_that_does_not_load_is_a_usage_error(capsys, tmp_path, buil
 
 
 @pytest.mark.parametrize(
-    ("appended", "expected"),
-    [
-        ("\ndef (\n", "cannot load the build in {copy} (SyntaxError: "),
-        ("\nraise RuntimeError('boom')\n", "cannot load the build in {copy} (RuntimeError: boom)"),
-        ("\n# edited after the build\n", "the build in {copy} was changed after it was built ([digest] {variant}: File hash mismatch for __init__.py"),
-    ],
-    ids=["syntax-error", "raises-on-import", "edited"],
+    ("init_source", "expected"),
+    [("def (\n", "(SyntaxError: "), ("raise RuntimeError('boom')\n", "(RuntimeError: boom)")],
+    ids=["syntax-error", "raises-on-import"],
 )
-def test_a_kernel_dir_whose_code_fails_or_was_edited_is_a_usage_error(tmp_path, build_dir, appended, expected):
-    """A variant whose import raised something other than an ImportError was 'unexpected SyntaxError' (and the
-    like); one edited after the build ran as the build its metadata names, and its results said so. In a
-    subprocess: an imported copy of the build must not own the kernel's module name in this one."""
+def test_a_kernel_dir_whose_code_fails_is_a_usage_error(capsys, tmp_path, init_source, expected):
+    """Importing a variant runs its code: an error other than an ImportError there was 'unexpected SyntaxError'
+    (and the like). The variants have valid digests, and module names of their own."""
+    module_id = f"_cli_test_{tmp_path.name}"
+    write_tiny_variant(tmp_path, name="broken", module_id=module_id, init_source=init_source)
+    build = tmp_path / "build"
+    code, line = run_cli(capsys, "profile", "--kernel-dir", str(build), "--out", str(tmp_path / "out"))
+    assert code == 2 and line.startswith(f"geglu-triton profile: error: --kernel-dir: cannot load the build in {build} {expected}"), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_kernel_dir_edited_after_the_build_is_refused_before_it_runs(capsys, tmp_path, build_dir):
+    """kernels never compares a variant's files with its digest: an edited build ran, and a benchmark recorded the
+    identity of the build its metadata names. It is refused before any variant is imported."""
     copy, variant = tmp_path / "build", variant_for_this_torch()
     shutil.copytree(build_dir, copy)
     with open(copy / variant / "__init__.py", "a") as module:
-        module.write(appended)
-    result = subprocess.run(
-        [sys.executable, "-m", "geglu_triton", "profile", "--kernel-dir", str(copy), "--out", str(tmp_path / "out")],
-        capture_output=True, text=True,
-    )
-    # kernels' own warning about a build of uncommitted changes (a checkout being edited) aside
-    lines = [line for line in result.stderr.splitlines() if "was built from a dirty git tree" not in line]
-    assert result.returncode == 2 and len(lines) == 1, result.stderr
-    assert lines[0].startswith("geglu-triton profile: error: --kernel-dir: " + expected.format(copy=copy, variant=variant))
+        module.write("\nraise AssertionError('the edited variant ran')\n")
+    code, line = run_cli(capsys, "profile", "--kernel-dir", str(copy), "--out", str(tmp_path / "out"))
+    expected = f"--kernel-dir: the build in {copy} fails its digest check ([digest] {variant}: File hash mismatch for __init__.py"
+    assert code == 2 and expected in line and line.endswith(f"`python -m geglu_triton build --out {copy}`"), line
     assert not (tmp_path / "out").exists()
 
 
@@ -393,30 +392,34 @@ def test_https_against_a_plain_http_server(capsys, publish_args, hub):
 
 
 class _Server:
-    """A loopback TCP server in a thread: ``answer`` bytes to each request, or nothing at all (None)."""
+    """A loopback TCP server in a thread: ``answer`` bytes to each request, or nothing at all (None) for
+    ``hold_s`` seconds, after which it hangs up (so that a client without a timeout fails, not hangs)."""
 
-    def __init__(self, answer: bytes | None):
+    def __init__(self, answer: bytes | None, hold_s: float = 20.0):
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.endpoint = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.answer, self.held = answer, []
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.answer, self.hold_s, self.closing = answer, hold_s, threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
 
     def _serve(self):
         while True:
             try:
                 conn, _ = self.sock.accept()
-            except OSError:  # closed
+            except OSError:  # shut down
                 return
-            self.held.append(conn)
-            if self.answer is not None:
-                conn.recv(65536)
-                conn.sendall(self.answer)
-                conn.close()
+            with conn:
+                if self.answer is None:
+                    self.closing.wait(self.hold_s)
+                else:
+                    conn.recv(65536)
+                    conn.sendall(self.answer)
 
     def close(self):
+        self.closing.set()
+        self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() (closing alone does not, on Linux)
         self.sock.close()
-        for conn in self.held:
-            conn.close()
+        self.thread.join(timeout=self.hold_s + 5)
 
 
 def _http_answer(body: bytes, content_type: str) -> bytes:
@@ -442,30 +445,66 @@ def test_a_server_that_is_not_a_hub(capsys, publish_args, answer, problem):
 def test_a_server_that_never_answers(capsys, publish_args, monkeypatch):
     """huggingface_hub's client waits forever: publish hung without a word on a server that took the connection."""
     monkeypatch.setattr(publish_module, "HUB_TIMEOUT_S", 0.5)
-    server = _Server(None)
+    server = _Server(None, hold_s=5)
     try:
         code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", server.endpoint)
     finally:
         server.close()
-        huggingface_hub.close_session()  # the next client waits as huggingface_hub's default does
     assert code == 1 and f"POST {server.endpoint}/api/repos/create" in line and "did not answer in time" in line, line
 
 
-def test_a_login_that_cannot_be_read(capsys, publish_args, monkeypatch, tmp_path):
-    """A directory as the login file (HF_TOKEN_PATH, read by huggingface_hub on import) was a 100-line traceback:
-    the error handler read it again."""
-    monkeypatch.delenv("HF_TOKEN")
+def test_the_bound_covers_requests_that_ask_for_no_timeout():
+    """huggingface_hub's paginated listing passes timeout=None, which overrode the client's default."""
+    server = _Server(None, hold_s=5)
+    publish_module.bound_hub_requests(0.5)
+    try:
+        start = time.monotonic()
+        with pytest.raises(httpx2.ReadTimeout):
+            huggingface_hub.get_session().get(f"{server.endpoint}/api/kernels/org/k/tree/main", timeout=None)
+        assert time.monotonic() - start < 3
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def no_login(monkeypatch):
+    """No token from the environment: each test sets the one it is about."""
+    for variable in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(variable, raising=False)
+
+
+def test_a_login_that_cannot_be_read(capsys, publish_args, monkeypatch, tmp_path, no_login):
+    """A directory as the login file was a 100-line traceback: the error handler read it again."""
     monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path))
     code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", refused_endpoint())
-    expected = f"cannot read the stored login ({tmp_path}): Is a directory; fix HF_TOKEN_PATH or HF_HOME, or pass --token"
+    expected = f"cannot read the Hub login (HF_TOKEN, HF_OIDC_RESOURCE or the stored login at {tmp_path}): {tmp_path}: Is a directory; fix it, or pass --token"
     assert code == 1 and expected in line, line
 
 
-def test_an_hf_token_that_cannot_be_sent(capsys, publish_args, monkeypatch):
+def test_a_login_exchange_that_fails(capsys, publish_args, monkeypatch, no_login):
+    """huggingface_hub's OIDC token exchange (HF_OIDC_RESOURCE, in CI) raises its own error: two tracebacks."""
+    def failed_exchange():
+        raise OIDCError("the exchange was refused")
+
+    monkeypatch.setattr(huggingface_hub, "get_token", failed_exchange)
+    code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", refused_endpoint())
+    assert code == 1 and "cannot read the Hub login (" in line and "OIDCError: the exchange was refused; fix it" in line
+
+
+def test_an_hf_token_that_cannot_be_sent(capsys, publish_args, monkeypatch, no_login):
     """It was 'unexpected UnicodeEncodeError'; --token had the rule, HF_TOKEN now has it too, and is never printed."""
     monkeypatch.setenv("HF_TOKEN", "s3cret\udcff")  # what a non-UTF-8 byte in the environment decodes to
     code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", refused_endpoint())
-    assert code == 1 and "HF_TOKEN cannot be sent: the token must be visible ASCII" in line and "s3cret" not in line
+    assert code == 1 and "cannot be sent: the token must be visible ASCII" in line and "s3cret" not in line, line
+
+
+def test_no_login_is_read_or_sent_where_implicit_tokens_are_disabled(capsys, publish_args, monkeypatch, no_login):
+    """HF_HUB_DISABLE_IMPLICIT_TOKEN: huggingface_hub sends no token it was not given; nor is the login read."""
+    monkeypatch.setenv("HF_TOKEN", "s3cret\udcff")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_IMPLICIT_TOKEN", True)
+    assert not sends_a_token()
+    code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", refused_endpoint())
+    assert code == 1 and "connection refused" in line, line
 
 
 def test_huggingface_hub_that_cannot_start_is_named(tmp_path):

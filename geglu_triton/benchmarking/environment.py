@@ -154,6 +154,6 @@ def load_kernel(kernel_dir: Path | None) -> LoadedKernel:
         module = load_local_kernel(kernel_dir)
     except KernelLoadError as error:  # the user's --kernel-dir, or this checkout's own build
         if temporary:
-            raise UserError(f"this checkout's build: {error}") from None
-        raise UsageError(f"--kernel-dir: {error}") from None
+            raise UserError(f"this checkout's build: {error}") from error
+        raise UsageError(f"--kernel-dir: {error}") from error
     return LoadedKernel(module=module, build_dir=kernel_dir, temporary=temporary)
