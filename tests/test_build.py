@@ -153,6 +153,23 @@ def test_check_reports_a_wrong_digest(broken, source):
     )
 
 
+def test_check_reports_a_metadata_file_it_may_not_read(broken, source, monkeypatch):
+    """kernels-data's OSError names no file, and was 'unexpected OSError' (a file without read permission: as
+    root, which reads any file, the refusal is simulated)."""
+    import geglu_triton.check as check_module
+
+    class Unreadable:
+        @staticmethod
+        def read_from_file(path):
+            raise OSError(f"Failed to open `{path}`: Permission denied (os error 13)")
+
+    monkeypatch.setattr(check_module, "Metadata", Unreadable)
+    assert any(
+        v.startswith("[metadata] torch-cpu/metadata.json: kernels-data cannot read it: Failed to open")
+        for v in violations_of(broken, source)
+    )
+
+
 def test_check_reports_a_missing_ops_module(broken, source):
     (broken / "torch-rocm" / "_ops.py").unlink()
     assert "[layout] torch-rocm/_ops.py: missing" in violations_of(broken, source)

@@ -227,6 +227,14 @@ def test_a_file_in_a_variants_place_is_named_as_a_path(capsys, tmp_path):
     assert code == 1 and line.endswith(f"cannot write the build into {tmp_path}: {tmp_path / 'torch-cpu'}: Not a directory")
 
 
+def test_a_path_with_a_name_too_long_for_the_file_system_is_a_usage_error(capsys, tmp_path):
+    """Asking whether it exists raises ENAMETOOLONG: it was 'unexpected OSError'."""
+    too_long = str(tmp_path / ("x" * 300))
+    for argv, option in ((["build", "--out", too_long], "--out"), (["check", too_long], "build_dir")):
+        code, line = run_cli(capsys, *argv)
+        assert code == 2 and f"argument {option}: {too_long!r}: File name too long" in line, line
+
+
 def test_an_empty_directory_path_is_a_usage_error(capsys, tmp_path, monkeypatch):
     """Path('') is the current directory: a command given --out '' filled it with variants or repositories, and
     one given a build '' read the current directory as one."""
