@@ -230,6 +230,24 @@ def test_a_hooked_activation_under_torch_compile_is_warned_of_by_the_layer_alone
     assert len(messages) == 1 and "a CompiledHookedMLP whose act_fn has hooks" in messages[0], messages
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_torch_export_keeps_the_kernels_as_ops_for_any_token_count(kernel, grad):
+    """torch.export traces the layer as torch.compile does (the registered ops, by their fake implementations):
+    the exported program holds our op, gives the module's own output, and with dynamic dimensions serves other
+    shapes than the one traced."""
+    module = _with_kernel_forward(GeGLUMLPModule(nn.GELU(approximate="tanh")), kernel.layers.GeGLUMLP)
+    module.requires_grad_(grad)
+    x = randn(2, 5, 16)
+    batch, tokens = torch.export.Dim("batch"), torch.export.Dim("tokens")
+    exported = torch.export.export(module, (x,), dynamic_shapes=({0: batch, 1: tokens},))
+    namespace = kernel._ops.add_op_namespace_prefix("").removesuffix("::")
+    ops = {str(node.target) for node in exported.graph.nodes if node.op == "call_function"}
+    assert any(op.startswith(f"{namespace}.") for op in ops), ops
+    for shape in ((2, 5, 16), (3, 7, 16)):
+        x = randn(*shape)
+        assert rel_error(exported.module()(x), type(module).forward(module, x)) <= 1e-6
+
+
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")  # jit.trace's own
 def test_forward_mode_ad_function_transforms_and_jit_tracing_run_the_module_forward(kernel):
     """The kernels refuse them (test_training); a kernelized MLP runs its own forward under them instead, so a
