@@ -410,6 +410,20 @@ def test_restart_on_the_same_data_keeps_everything(tmp_path):
         assert http("GET", url).body == b"kept"
 
 
+def test_an_error_with_several_lines_is_reported_once_on_one_line(api, repo_id, monkeypatch):
+    """git's stderr quoted in a 500 has newlines: the header escaped them and the body did not, so huggingface_hub,
+    which reports both where they differ, printed the reason twice, once with a literal \\x0a."""
+    def failing(*args, **kwargs):
+        raise OSError("git failed:\nfatal: bad object caf\u00e9\n")
+
+    monkeypatch.setattr(Repository, "_move_ref", failing)
+    with pytest.raises(HfHubHTTPError) as failed:
+        api.create_commit(repo_id, [CommitOperationAdd("x.txt", b"x")], commit_message="fails", repo_type="kernel")
+    reason = failed.value.server_message
+    assert "git failed: fatal: bad object caf\\xe9" in reason and "\n" not in reason, reason
+    assert failed.value.response.headers["X-Error-Message"] == failed.value.response.json()["error"] == reason
+
+
 def test_interrupted_commit_leaves_the_previous_state(api, hub, repo_id, monkeypatch):
     before = _head(api, repo_id, "main")
 

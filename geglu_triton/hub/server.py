@@ -731,10 +731,11 @@ def _error_response(
     headers: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Response:
-    # The body must be UTF-8 and a header visible ASCII; client input quoted in a message may be neither.
-    message = message.encode("utf-8", "backslashreplace").decode()
-    header = _CONTROL_CHARACTER.sub(lambda match: f"\\x{ord(match[0]):02x}", message)
-    response_headers = {"X-Error-Message": header.encode("ascii", "backslashreplace").decode()}
+    # A header is visible ASCII on one line, and client input or git's output quoted in a message may be neither.
+    # The body says the same text: huggingface_hub reports the header's message and the body's, once if equal.
+    message = " ".join(message.split()).encode("ascii", "backslashreplace").decode()
+    message = _CONTROL_CHARACTER.sub(lambda match: f"\\x{ord(match[0]):02x}", message)
+    response_headers = {"X-Error-Message": message}
     if code:
         response_headers["X-Error-Code"] = code
     response_headers.update(headers or {})
