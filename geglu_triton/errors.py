@@ -266,9 +266,8 @@ def is_huggingface_co(endpoint: str) -> bool:
     return host == HUGGINGFACE_CO or host.endswith(f".{HUGGINGFACE_CO}")
 
 
-def _request_line(err: BaseException) -> str:
-    """``METHOD URL`` of the request an HTTP error belongs to, or '' when unknown."""
-    request = None
+def _request_of(err: BaseException):
+    """The HTTP request an error belongs to (after redirects, the last one sent), or None when unknown."""
     response = getattr(err, "response", None)
     for holder in (err, response):
         if holder is None:
@@ -278,10 +277,14 @@ def _request_line(err: BaseException) -> str:
         except (AttributeError, RuntimeError):  # httpx raises RuntimeError when no request is attached
             continue
         if request is not None:
-            break
-    if request is None:
-        return ""
-    return f"{request.method} {request.url}"
+            return request
+    return None
+
+
+def _request_line(err: BaseException) -> str:
+    """``METHOD URL`` of the request an error belongs to, or '' when unknown."""
+    request = _request_of(err)
+    return "" if request is None else f"{request.method} {request.url}"
 
 
 def one_line(text) -> str:
@@ -292,7 +295,9 @@ def one_line(text) -> str:
 def _network_error(err: BaseException, endpoint: str, source: str) -> UserError:
     text = str(err)
     sent = _request_line(err) or endpoint
-    host = urlsplit(endpoint).netloc or endpoint
+    request = _request_of(err)
+    target = endpoint if request is None else str(request.url)  # where it went: a redirect may lead elsewhere
+    host = urlsplit(target).netloc or endpoint
     if any(sign in text for sign in _PLAIN_HTTP_ANSWER):
         plain = endpoint.replace("https://", "http://", 1)
         return UserError(
@@ -310,7 +315,7 @@ def _network_error(err: BaseException, endpoint: str, source: str) -> UserError:
         return UserError(f"{sent}: connection refused by {host}: {hint}")
     if any(sign in text.lower() for sign in _UNRESOLVED_HOST):
         return UserError(
-            f"{sent}: unknown host {urlsplit(endpoint).hostname!r} (no DNS answer): check the spelling of {source} "
+            f"{sent}: unknown host {urlsplit(target).hostname!r} (no DNS answer): check the spelling of {source} "
             "and this machine's network"
         )
     if "Illegal header value" in text:

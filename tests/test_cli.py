@@ -450,6 +450,17 @@ def test_a_server_that_is_not_a_hub(capsys, publish_args, answer, problem):
     assert code == 1 and f"the server at {server.endpoint} did not answer as a Hub does ({problem}" in line, line
 
 
+def test_a_redirect_to_a_dead_server_names_where_it_led(capsys, publish_args):
+    """The refusal was blamed on the endpoint, the server that had answered with the redirect."""
+    dead = refused_endpoint()
+    server = _Server(f"HTTP/1.1 302 Found\r\nLocation: {dead}/x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
+    try:
+        code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", server.endpoint)
+    finally:
+        server.close()
+    assert code == 1 and f"connection refused by {dead.removeprefix('http://')}:" in line, line
+
+
 def test_a_server_that_never_answers(capsys, publish_args, monkeypatch):
     """huggingface_hub's client waits forever: publish hung without a word on a server that took the connection."""
     monkeypatch.setattr(publish_module, "HUB_TIMEOUT_S", 0.5)
