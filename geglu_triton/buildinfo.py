@@ -205,7 +205,8 @@ def read_config(root: Path) -> KernelConfig:
     """Read and validate ``root/build.toml``; a ConfigError names what is wrong."""
     toml_path = root / BUILD_TOML
     if not toml_path.is_file():
-        raise ConfigError(f"{toml_path}: no build.toml (is {root} a kernel source directory?)")
+        found = "not a file" if toml_path.exists() else "no build.toml"
+        raise ConfigError(f"{toml_path}: {found} (is {root} a kernel source directory?)")
     try:
         with toml_path.open("rb") as f:
             raw = tomllib.load(f)

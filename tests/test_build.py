@@ -417,6 +417,17 @@ def test_build_toml_mistakes_are_refused_with_what_is_wrong(tmp_path, edit, mess
     assert not (tmp_path / "build").exists()
 
 
+def test_a_build_toml_that_is_missing_or_not_a_file_is_named_as_such(tmp_path):
+    source = tiny_source(tmp_path / "source")
+    toml = source / "build.toml"
+    toml.unlink()
+    with pytest.raises(ConfigError, match=re.escape(f"{toml}: no build.toml (is {source} a kernel source directory?)")):
+        read_config(source)
+    toml.mkdir()  # was reported as missing too
+    with pytest.raises(ConfigError, match=re.escape(f"{toml}: not a file (is {source} a kernel source directory?)")):
+        read_config(source)
+
+
 def test_a_build_inside_the_kernel_source_is_refused(tmp_path):
     """The first build succeeded, leaving variants in the package, which the next build packaged in turn."""
     source = tiny_source(tmp_path / "source")
