@@ -43,6 +43,12 @@ DEVICE_TYPES = ("cuda", "rocm", "xpu", "cpu")
 #: module keeps its own forward whatever its activation, rather than silently losing what it adds. An
 #: instance's ``forward`` is allowed: kernelize binds the layer's there, and accelerate's hooks their own.
 GEGLU_MLP_SUBMODULES = frozenset({"gate_proj", "up_proj", "down_proj", "act_fn", "dropout"})
+#: Where a GeGLU MLP class's forward may come from: transformers (whose MLPs with these members compute
+#: ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``), Liger (``LigerGEGLUMLP``), or this kernel's own
+#: ``GeGLUMLPLayout`` (the class transformers builds from a KernelConfig, in a build's module of any name). A
+#: class with a forward of its own (a subclass that scales the output, say) may compute more, and keeps it.
+GEGLU_MLP_FORWARD_PACKAGES = ("transformers.", "liger_kernel.")
+GEGLU_MLP_LAYOUT_FORWARD = "GeGLUMLPLayout.forward"
 GEGLU_MLP_ATTRIBUTES = frozenset(
     {"config", "hidden_size", "intermediate_size", "activation_sparsity", "training", "forward"}
 )
@@ -54,11 +60,17 @@ def _is_linear(module) -> bool:
 
 
 def is_geglu_mlp(module: nn.Module) -> bool:
-    """A GeGLU MLP: gate_proj, up_proj and down_proj linear layers (LoRA-wrapped ones too), and nothing that a
+    """A GeGLU MLP: gate_proj, up_proj and down_proj linear layers (LoRA-wrapped ones too), nothing that a
     GeGLU MLP does not hold (``GEGLU_MLP_SUBMODULES``, ``GEGLU_MLP_ATTRIBUTES``; no parameters or buffers of
-    its own)."""
+    its own), and its class's forward from transformers, Liger or the kernel's layout
+    (``GEGLU_MLP_FORWARD_PACKAGES``, ``GEGLU_MLP_LAYOUT_FORWARD``)."""
+    forward = type(module).forward
     return (
-        all(_is_linear(getattr(module, name, None)) for name in ("gate_proj", "up_proj", "down_proj"))
+        (
+            getattr(forward, "__module__", "").startswith(GEGLU_MLP_FORWARD_PACKAGES)
+            or getattr(forward, "__qualname__", None) == GEGLU_MLP_LAYOUT_FORWARD
+        )
+        and all(_is_linear(getattr(module, name, None)) for name in ("gate_proj", "up_proj", "down_proj"))
         and GEGLU_MLP_SUBMODULES.issuperset(module._modules)
         and not module._parameters
         and not module._buffers
@@ -104,18 +116,16 @@ def _fused_forward(module: nn.Module) -> bool:
 def check_geglu_mlps(model: nn.Module, *, strict: bool = True) -> list[str]:
     """The names of the modules that run ``GeGLUMLP``; KernelLoadError if a mapped one kept its own forward.
 
-    With ``strict=False`` a warning instead of the error. A module is mapped when its class carries ``kernel_layer_name = "GeGLUMLP"``:
-    the layout class transformers builds from a ``KernelConfig``, or a class
-    registered with ``replace_kernel_forward_from_hub``. Call it after
+    With ``strict=False`` a warning instead of the error. A GeGLU MLP (``is_geglu_mlp``) is mapped when its
+    class carries ``kernel_layer_name = "GeGLUMLP"``: the layout class transformers builds from a
+    ``KernelConfig``, or a class registered with ``replace_kernel_forward_from_hub``. Call it after
     ``from_pretrained(..., use_kernels=True)`` and after ``model.train()``/``eval()``,
     which kernelize again: transformers falls back to the original forward
     silently (``KernelizeFallback.ALL``).
     """
-    mapped = {
-        name: module
-        for name, module in model.named_modules()
-        if getattr(type(module), "kernel_layer_name", None) == LAYER_NAME
-    }
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    mapped = _mapped_mlps(model)
     if not mapped:
         problem = (
             f"no module of {type(model).__name__} is mapped to {LAYER_NAME}: the KernelConfig key must be "
@@ -191,8 +201,9 @@ def _digest_mismatch(build_dir: Path) -> str | None:
 
 
 def load_hub_kernel(repo_id: str, version: int, trust_remote_code: bool):
-    """``kernels.get_kernel``, with a failure to fetch reported as one line that names it (a ``repo_id`` that is
-    not ``<namespace>/<name>``: ValueError, before any request).
+    """``kernels.get_kernel``, with a failure to fetch reported as one line that names it (before any request,
+    TypeError or ValueError for a ``repo_id`` that is not ``<namespace>/<name>``, a ``version`` that is not a
+    positive whole number, a ``trust_remote_code`` that is neither a bool nor a list of repository ids).
 
     Without ``trust_remote_code``, get_kernel first asks the Hub whether the
     publisher is trusted; when the Hub cannot be reached it says only that it
@@ -203,10 +214,21 @@ def load_hub_kernel(repo_id: str, version: int, trust_remote_code: bool):
     from huggingface_hub import HfApi, constants
     from kernels import get_kernel
 
+    if not isinstance(repo_id, str):
+        raise TypeError(f"repo_id must be a string, '<namespace>/<name>', got {type(repo_id).__name__}")
     try:
         validate_repo_id(repo_id, option="repo_id")
     except UsageError as error:
         raise ValueError(str(error)) from None
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise TypeError(f"version must be a whole number (the kernel's major version), got {version!r}")
+    if version < 1:
+        raise ValueError(
+            f"version must be 1 or more (the kernel's major version, its branch v<version>), got {version}"
+        )
+    trusted_repos = isinstance(trust_remote_code, list) and all(isinstance(item, str) for item in trust_remote_code)
+    if not (isinstance(trust_remote_code, bool) or trusted_repos):
+        raise TypeError(f"trust_remote_code must be True, False or a list of repository ids, got {trust_remote_code!r}")
     endpoint = constants.ENDPOINT
     try:
         return get_kernel(repo_id, version=version, trust_remote_code=trust_remote_code)
@@ -294,13 +316,15 @@ def kernelize_geglu_mlps(
         use_kernel_mapping,
     )
 
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if mode is not None and not isinstance(mode, Mode):
         raise TypeError(f"mode must be a kernels.Mode (Mode.INFERENCE, Mode.TRAINING, ...), got {mode!r}")
     if mode is not None and Mode.INFERENCE not in mode and Mode.TRAINING not in mode:
         raise ValueError(f"mode {mode} must contain Mode.INFERENCE or Mode.TRAINING, as kernelize requires")
     device_type = _device_type_to_kernelize(model, device)
     if local_path is not None:
-        local_path = Path(local_path)
+        local_path = _build_directory(local_path)
         kernel = load_local_kernel(local_path)
         repository = LocalLayerRepository(repo_path=local_path, layer_name=LAYER_NAME)
     else:
@@ -317,7 +341,8 @@ def kernelize_geglu_mlps(
         mode = Mode.TRAINING if model.training else Mode.INFERENCE
     mapping = {LAYER_NAME: {device_type: repository for device_type in DEVICE_TYPES}}
     with use_kernel_mapping(mapping, inherit_mapping=False):
-        kernelize(model, mode=mode, device=device)
+        for mlp in _mapped_mlps(model).values():
+            _kernelize_alone(kernelize, mlp, mode, device_type)
 
     layer_forward = kernel.layers.GeGLUMLP.forward
     swapped = [
@@ -336,12 +361,58 @@ def kernelize_geglu_mlps(
     return KernelizeReport(classes=names, swapped_modules=swapped)
 
 
+def _build_directory(local_path) -> Path:
+    """``local_path`` as a Path to an existing directory; TypeError or ValueError naming what it is otherwise."""
+    if not isinstance(local_path, (str, os.PathLike)):
+        raise TypeError(f"local_path must be a path (str or os.PathLike), got {type(local_path).__name__}")
+    if str(local_path) == "":
+        raise ValueError("local_path is empty: name the build directory ('.' for the current one)")
+    path = Path(local_path)
+    if not path.is_dir():
+        raise ValueError(f"local_path {str(path)!r} {'is not a directory' if path.exists() else 'does not exist'}")
+    return path
+
+
+def _mapped_mlps(model: nn.Module) -> dict[str, nn.Module]:
+    """The GeGLU MLPs of ``model`` (``is_geglu_mlp``) whose class is mapped to the layer (``kernel_layer_name``,
+    which a subclass inherits, whatever its forward computes), by name, each once."""
+    return {
+        name: module
+        for name, module in model.named_modules()
+        if getattr(type(module), "kernel_layer_name", None) == LAYER_NAME and is_geglu_mlp(module)
+    }
+
+
+def _kernelize_alone(kernelize, module: nn.Module, mode, device_type: str) -> None:
+    """``kernelize(module)`` with only ``module``'s own forward changed.
+
+    kernelize walks every submodule, and under a mapping that names only this
+    layer it puts each other mapped layer back on its original forward: the
+    MLP's activation, say, which transformers' own Hub kernels replace. The
+    whole model is never given to it, and the forwards that the module's
+    submodules had (bound on the instance, or none) are put back after it.
+    """
+    submodules = [sub for sub in module.modules() if sub is not module]
+    forwards = [sub.__dict__.get("forward") for sub in submodules]
+    kernelize(module, mode=mode, device=device_type)
+    for sub, forward in zip(submodules, forwards):
+        if forward is None:
+            sub.__dict__.pop("forward", None)
+        else:
+            sub.forward = forward
+
+
 def _device_type_to_kernelize(model: nn.Module, device) -> str:
     """``device`` (a type or a ``torch.device``), else the type of the model's first parameter, as kernelize
     infers it; ValueError where the kernel has no variant for it, this torch cannot run it, or the model is on
     the meta device (kernelize would map nothing)."""
     import torch
 
+    if isinstance(device, str) and ":" in device:  # "cuda:0": kernelize maps device types, not devices
+        try:
+            device = torch.device(device)
+        except RuntimeError:
+            pass  # not a device: named below
     if isinstance(device, torch.device):
         device = device.type
     if device is None:

@@ -197,6 +197,47 @@ def test_classes_are_found_by_their_activation_whatever_the_mode(kernel):
     assert geglu_mlp_classes(model, kernel.layers.activation_gelu_form) == [type(model[0])]
 
 
+def test_a_subclass_with_a_forward_of_its_own_keeps_it(published):
+    """Only what a module holds was read: a subclass whose forward scaled the output was swapped, and its
+    logits changed silently. A class's forward must be transformers' or Liger's."""
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3MLP
+
+    class ScaledMLP(Gemma3MLP):
+        def forward(self, x):
+            return 3.0 * super().forward(x)
+
+    model = tiny_model("gemma3").eval()
+    scaled = ScaledMLP(model.config)
+    scaled.load_state_dict(model.model.layers[0].mlp.state_dict())
+    model.model.layers[0].mlp = scaled
+    tokens = torch.randint(0, model.config.vocab_size, (1, 6))
+    with torch.no_grad():
+        expected = model(tokens).logits
+    report = kernelize_geglu_mlps(model, repo_id=published, version=1)
+    assert report.classes == ["Gemma3MLP"] and report.swapped_modules == ["model.layers.1.mlp"]
+    with torch.no_grad():
+        assert rel_error(model(tokens).logits, expected) <= 1e-6
+
+
+def _same_function(self, x):
+    """A forward bound as kernelize binds a Hub kernel's: the class's own computation, marked by this name."""
+    return type(self).forward(self, x)
+
+
+def test_other_layers_keep_the_kernels_they_run(published):
+    """The helper gave kernelize the whole model under a mapping of this layer alone, and kernelize put every
+    other mapped layer back on its original forward: transformers' own Hub kernels (GeluTanh, here the vision
+    tower's and the MLPs' activations) were silently undone."""
+    model = tiny_gemma3_multimodal().eval()
+    activations = [module for module in model.modules() if getattr(type(module), "kernel_layer_name", None) == "GeluTanh"]
+    assert len(activations) >= 3  # in the vision tower and in each text MLP
+    for activation in activations:
+        activation.forward = types.MethodType(_same_function, activation)
+    report = kernelize_geglu_mlps(model, repo_id=published, version=1)
+    assert len(report.swapped_modules) == 2
+    assert all(activation.forward.__func__ is _same_function for activation in activations)
+
+
 def test_kernelizing_again_finds_the_same_classes(published):
     """After model.train() transformers' users kernelize again: the swapped modules are still GeGLU MLPs."""
     model = tiny_model("gemma3").eval()
@@ -277,11 +318,52 @@ def test_a_repository_the_hub_does_not_have_is_named_in_one_line(published):
 
 def test_a_build_without_this_torchs_variant_is_named_in_one_line(tmp_path):
     with pytest.raises(KernelLoadError) as caught:
-        kernelize_geglu_mlps(torch.nn.Linear(2, 2), local_path=tmp_path / "missing")
+        kernelize_geglu_mlps(torch.nn.Linear(2, 2), local_path=tmp_path)
     message = str(caught.value)
-    assert message.startswith(f"no build variant for this torch in {tmp_path / 'missing'} (")
-    assert message.endswith(f"build one with `python -m geglu_triton build --out {tmp_path / 'missing'}`")
+    assert message.startswith(f"no build variant for this torch in {tmp_path} (")
+    assert message.endswith(f"build one with `python -m geglu_triton build --out {tmp_path}`")
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("local_path", "error", "message"),
+    [
+        (lambda tmp: tmp / "missing", ValueError, "local_path '{tmp}/missing' does not exist"),
+        (lambda tmp: tmp / "a-file", ValueError, "local_path '{tmp}/a-file' is not a directory"),
+        (lambda tmp: "", ValueError, "local_path is empty: name the build directory"),
+        (lambda tmp: 5, TypeError, "local_path must be a path (str or os.PathLike), got int"),
+    ],
+    ids=["missing", "file", "empty", "not-a-path"],
+)
+def test_a_local_path_that_is_not_a_directory_is_named(tmp_path, local_path, error, message):
+    """A missing path or a file was 'no build variant for this torch'; '' silently meant the current directory."""
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(error, match=re.escape(message.format(tmp=tmp_path))):
+        kernelize_geglu_mlps(torch.nn.Linear(2, 2), local_path=local_path(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"model": None}, TypeError, "model must be a torch.nn.Module, got NoneType"),
+        ({"repo_id": None}, TypeError, "repo_id must be a string, '<namespace>/<name>', got NoneType"),
+        ({"version": -1}, ValueError, "version must be 1 or more"),  # was an OverflowError from kernels' Rust
+        ({"version": True}, TypeError, "version must be a whole number"),  # was taken for 1
+        ({"version": "1"}, TypeError, "version must be a whole number (the kernel's major version), got '1'"),
+        ({"trust_remote_code": "yes"}, TypeError, "trust_remote_code must be True, False or a list of repository ids"),
+    ],
+    ids=["model", "repo-id", "negative-version", "bool-version", "str-version", "trust"],
+)
+def test_arguments_of_the_wrong_kind_are_named_before_any_request(arguments, error, message):
+    """Each was an error from deep inside kernels (or, for True, silently version 1)."""
+    arguments = {"model": torch.nn.Linear(2, 2), "repo_id": "org/fused-geglu", "version": 1, **arguments}
+    with pytest.raises(error, match=re.escape(message)):
+        kernelize_geglu_mlps(arguments.pop("model"), **arguments)
+
+
+def test_check_refuses_what_is_not_a_module():
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got NoneType"):
+        check_geglu_mlps(None)
 
 
 def test_a_repo_id_without_a_namespace_is_a_value_error_before_any_request():
