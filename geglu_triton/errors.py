@@ -281,10 +281,9 @@ def _request_of(err: BaseException):
     return None
 
 
-def _request_line(err: BaseException) -> str:
-    """``METHOD URL`` of the request an error belongs to, or '' when unknown."""
-    request = _request_of(err)
-    return "" if request is None else f"{request.method} {request.url}"
+def _request_line(request, endpoint: str) -> str:
+    """``METHOD URL`` of a request (``_request_of``), or the endpoint when it is unknown."""
+    return endpoint if request is None else f"{request.method} {request.url}"
 
 
 def one_line(text) -> str:
@@ -294,8 +293,8 @@ def one_line(text) -> str:
 
 def _network_error(err: BaseException, endpoint: str, source: str) -> UserError:
     text = str(err)
-    sent = _request_line(err) or endpoint
     request = _request_of(err)
+    sent = _request_line(request, endpoint)
     target = endpoint if request is None else str(request.url)  # where it went: a redirect may lead elsewhere
     host = urlsplit(target).netloc or endpoint
     if any(sign in text for sign in _PLAIN_HTTP_ANSWER):
@@ -338,7 +337,7 @@ def _http_error(err, endpoint: str, *, token_sent: bool) -> UserError:
 
     response = err.response
     status = response.status_code if response is not None else None
-    sent = _request_line(err) or endpoint
+    sent = _request_line(_request_of(err), endpoint)
     reason = one_line(getattr(err, "server_message", None) or "") or "no reason given"
     if status == 401:
         if not token_sent:

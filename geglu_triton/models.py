@@ -18,6 +18,7 @@ the original forward without a word; ``check_geglu_mlps`` says so.
 
 from __future__ import annotations
 
+import argparse
 import os
 import warnings
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from urllib.parse import urlsplit
 import torch.nn as nn
 
 from . import layout
-from .errors import UsageError, from_hub_error, one_line, sends_a_token, validate_repo_id
+from .errors import UsageError, directory_to_read, from_hub_error, one_line, sends_a_token, validate_repo_id
 
 #: The name under which the layer is registered, as in transformers' hub mapping.
 LAYER_NAME = "GeGLUMLP"
@@ -123,8 +124,7 @@ def check_geglu_mlps(model: nn.Module, *, strict: bool = True) -> list[str]:
     which kernelize again: transformers falls back to the original forward
     silently (``KernelizeFallback.ALL``).
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    _require_module(model)
     mapped = _mapped_mlps(model)
     if not mapped:
         problem = (
@@ -316,8 +316,7 @@ def kernelize_geglu_mlps(
         use_kernel_mapping,
     )
 
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    _require_module(model)
     if mode is not None and not isinstance(mode, Mode):
         raise TypeError(f"mode must be a kernels.Mode (Mode.INFERENCE, Mode.TRAINING, ...), got {mode!r}")
     if mode is not None and Mode.INFERENCE not in mode and Mode.TRAINING not in mode:
@@ -362,15 +361,20 @@ def kernelize_geglu_mlps(
 
 
 def _build_directory(local_path) -> Path:
-    """``local_path`` as a Path to an existing directory; TypeError or ValueError naming what it is otherwise."""
+    """``local_path`` as a Path to an existing directory (the command line's ``directory_to_read`` rule);
+    TypeError or ValueError naming what it is otherwise."""
     if not isinstance(local_path, (str, os.PathLike)):
         raise TypeError(f"local_path must be a path (str or os.PathLike), got {type(local_path).__name__}")
-    if str(local_path) == "":
-        raise ValueError("local_path is empty: name the build directory ('.' for the current one)")
-    path = Path(local_path)
-    if not path.is_dir():
-        raise ValueError(f"local_path {str(path)!r} {'is not a directory' if path.exists() else 'does not exist'}")
-    return path
+    try:
+        return directory_to_read(os.fspath(local_path))
+    except argparse.ArgumentTypeError as error:
+        raise ValueError(f"local_path: {error}") from None
+
+
+def _require_module(model) -> None:
+    """A TypeError for a ``model`` that is not an ``nn.Module`` (a name, None), before anything reads it."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
 
 
 def _mapped_mlps(model: nn.Module) -> dict[str, nn.Module]:

@@ -328,9 +328,9 @@ def test_a_build_without_this_torchs_variant_is_named_in_one_line(tmp_path):
 @pytest.mark.parametrize(
     ("local_path", "error", "message"),
     [
-        (lambda tmp: tmp / "missing", ValueError, "local_path '{tmp}/missing' does not exist"),
-        (lambda tmp: tmp / "a-file", ValueError, "local_path '{tmp}/a-file' is not a directory"),
-        (lambda tmp: "", ValueError, "local_path is empty: name the build directory"),
+        (lambda tmp: tmp / "missing", ValueError, "local_path: '{tmp}/missing' does not exist"),
+        (lambda tmp: tmp / "a-file", ValueError, "local_path: '{tmp}/a-file' is not a directory"),
+        (lambda tmp: "", ValueError, "local_path: an empty path: name a directory ('.' for the current one)"),
         (lambda tmp: 5, TypeError, "local_path must be a path (str or os.PathLike), got int"),
     ],
     ids=["missing", "file", "empty", "not-a-path"],
