@@ -25,9 +25,9 @@ from pathlib import Path
 
 from . import REPO_ROOT
 from .errors import directory_to_write
+from .models import DEFAULT_REPO_ID
 
-REPO_ID = "org/fused-geglu"
-TRUSTED_ORG = REPO_ID.split("/")[0]
+TRUSTED_ORG = DEFAULT_REPO_ID.split("/")[0]
 
 #: ||kernelized - original|| / ||original|| allowed for the logits, per dtype name.
 LOGITS_REL_TOL = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 5e-3}
@@ -126,12 +126,13 @@ def _publish_load_and_compare(args, build_dir: Path, endpoint: str, token: str) 
     from .models import kernelize_geglu_mlps
     from .publish import publish
 
-    _step(3, f"publishing version 1 to {REPO_ID}")
-    report = publish(build_dir, REPO_ID, api=HfApi(endpoint=endpoint, token=token), allow_dirty=args.allow_dirty)
+    _step(3, f"publishing version 1 to {DEFAULT_REPO_ID}")
+    api = HfApi(endpoint=endpoint, token=token)
+    report = publish(build_dir, DEFAULT_REPO_ID, api=api, allow_dirty=args.allow_dirty)
     print(f"  {report}")
 
-    _step(4, f'get_kernel("{REPO_ID}", version=1)')
-    kernel = get_kernel(REPO_ID, version=1)
+    _step(4, f'get_kernel("{DEFAULT_REPO_ID}", version=1)')
+    kernel = get_kernel(DEFAULT_REPO_ID, version=1)
     print(f"  loaded {kernel.__name__} from {Path(kernel.__file__).parent}")
     print(f"  functions: {', '.join(name for name in kernel.__all__ if name != 'layers')}")
 
@@ -147,7 +148,7 @@ def _publish_load_and_compare(args, build_dir: Path, endpoint: str, token: str) 
 
     _step(6, "kernelizing a copy with GeGLUMLP from the Hub")
     kernelized = copy.deepcopy(original)
-    swap = kernelize_geglu_mlps(kernelized, repo_id=REPO_ID, version=1)
+    swap = kernelize_geglu_mlps(kernelized, repo_id=DEFAULT_REPO_ID, version=1)
     print(f"  classes given the GeGLUMLP layer name: {', '.join(swap.classes) or 'none'}")
     for name in swap.swapped_modules:
         print(f"  swapped: {name}")

@@ -31,6 +31,9 @@ import torch.nn as nn
 from . import layout
 from .errors import UsageError, directory_to_read, from_hub_error, one_line, sends_a_token, validate_repo_id
 
+#: The Hub kernel ``kernelize_geglu_mlps`` loads by default: build.toml's ``[general.hub] repo-id``, where the
+#: demo publishes it.
+DEFAULT_REPO_ID = "org/fused-geglu"
 #: The name under which the layer is registered, as in transformers' hub mapping.
 LAYER_NAME = "GeGLUMLP"
 #: Devices the layer serves; kernels picks the entry matching the model's device.
@@ -281,8 +284,8 @@ def _kernel_mapping_disabled() -> bool:
 def kernelize_geglu_mlps(
     model: nn.Module,
     *,
-    repo_id: str = "org/fused-geglu",
-    version: int = 1,
+    repo_id: Optional[str] = None,
+    version: Optional[int] = None,
     local_path: Optional[Path] = None,
     mode=None,
     device: Optional[str] = None,
@@ -291,9 +294,11 @@ def kernelize_geglu_mlps(
     """Swap fused-geglu's ``GeGLUMLP`` into every GeGLU MLP of ``model``.
 
     Args:
-        repo_id, version: the Hub kernel to use (``get_kernel(repo_id, version=version)``).
-        local_path: a local build directory to use instead of the Hub; refused where its files differ from
-            what its metadata.json digests record (edited after the build).
+        repo_id, version: the Hub kernel to use (``get_kernel(repo_id, version=version)``); by default
+            ``DEFAULT_REPO_ID``, version 1.
+        local_path: a local build directory to use instead of the Hub (then ``repo_id`` and ``version`` are
+            refused: the build is not theirs); refused where its files differ from what its metadata.json
+            digests record (edited after the build).
         mode: a ``kernels.Mode``; by default TRAINING when the model is in
             training mode, else INFERENCE.
         device: the device type to kernelize for; by default the model's.
@@ -323,16 +328,31 @@ def kernelize_geglu_mlps(
         raise ValueError(f"mode {mode} must contain Mode.INFERENCE or Mode.TRAINING, as kernelize requires")
     device_type = _device_type_to_kernelize(model, device)
     if local_path is not None:
+        if repo_id is not None or version is not None:
+            raise ValueError(
+                "local_path and repo_id/version name two kernels: pass local_path for a local build, or repo_id and "
+                "version for a Hub kernel"
+            )
         local_path = _build_directory(local_path)
         kernel = load_local_kernel(local_path)
         repository = LocalLayerRepository(repo_path=local_path, layer_name=LAYER_NAME)
+        source = str(local_path)
     else:
+        repo_id = DEFAULT_REPO_ID if repo_id is None else repo_id
+        version = 1 if version is None else version
         kernel = load_hub_kernel(repo_id, version, trust_remote_code)
         repository = LayerRepository(
             repo_id=repo_id, layer_name=LAYER_NAME, version=version, trust_remote_code=trust_remote_code
         )
+        source = f"{repo_id} version {version}"
+    layers = getattr(kernel, "layers", None)
+    if not all(hasattr(layers, name) for name in (LAYER_NAME, "activation_gelu_form")):
+        raise KernelLoadError(
+            f"the kernel of {source} has no layers.{LAYER_NAME} with layers.activation_gelu_form: it is not a "
+            "fused-geglu build"
+        )
 
-    classes = geglu_mlp_classes(model, kernel.layers.activation_gelu_form)
+    classes = geglu_mlp_classes(model, layers.activation_gelu_form)
     for cls in classes:
         replace_kernel_forward_from_hub(cls, LAYER_NAME)
 
@@ -343,7 +363,7 @@ def kernelize_geglu_mlps(
         for mlp in _mapped_mlps(model).values():
             _kernelize_alone(kernelize, mlp, mode, device_type)
 
-    layer_forward = kernel.layers.GeGLUMLP.forward
+    layer_forward = getattr(layers, LAYER_NAME).forward
     swapped = [
         name
         for name, module in model.named_modules()

@@ -1,4 +1,5 @@
-"""Temporary copies of this kernel's source, as fresh git repositories, for build and publish tests.
+"""Temporary copies of this kernel's source, as fresh git repositories, for build and publish tests; builds
+edited by a test.
 
 A copy holds the checkout's current files (tracked and untracked, not ignored),
 committed in a new repository: it is clean, whatever the state of the
@@ -8,12 +9,13 @@ checkout.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
-from geglu_triton import REPO_ROOT
+from geglu_triton import REPO_ROOT, layout
 
 _GIT_IDENTITY = ("-c", "user.name=tests", "-c", "user.email=tests@localhost")
 
@@ -55,3 +57,11 @@ def copy_kernel_source(dest: Path, *, version: int | None = None, label: str | N
     git(dest, "init", "-q")
     commit_all(dest, "snapshot of the kernel source")
     return dest
+
+
+def redigest(variant: Path) -> None:
+    """Make a variant's recorded digest match its files again, after a test changed them."""
+    path = variant / layout.METADATA_FILE
+    data = json.loads(path.read_text())
+    data["digest"]["files"] = layout.digest_files(variant)
+    path.write_text(json.dumps(data))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import HfApi
-from kernel_sources import copy_kernel_source, git
+from kernel_sources import copy_kernel_source, git, redigest
 from kernels._rust import Digest, DigestAlgorithm, Metadata
 
 from geglu_triton import layout
@@ -216,14 +216,6 @@ def test_check_reports_an_id_that_is_not_the_ops_namespace(broken, source):
         v.startswith("[metadata] torch-cpu/metadata.json: id is '_fused_geglu_cpu_0000000'")
         for v in violations_of(broken, source)
     )
-
-
-def redigest(variant: Path) -> None:
-    """Make a variant's recorded digest match its files again, after a test changed them."""
-    path = variant / "metadata.json"
-    data = json.loads(path.read_text())
-    data["digest"]["files"] = layout.digest_files(variant)
-    path.write_text(json.dumps(data))
 
 
 def test_check_reports_a_build_that_does_not_import(broken, source, tmp_path):

@@ -11,6 +11,7 @@ import copy
 import io
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -21,9 +22,12 @@ import kernels
 import pytest
 import torch
 
-from geglu_triton.models import KernelLoadError, check_geglu_mlps, kernelize_geglu_mlps
+from geglu_triton import REPO_ROOT, layout
+from geglu_triton.buildinfo import read_config
+from geglu_triton.models import DEFAULT_REPO_ID, KernelLoadError, check_geglu_mlps, kernelize_geglu_mlps
 from geglu_triton.publish import publish
 from child_process import child_env
+from kernel_sources import redigest
 from reference import rel_error
 from tiny_models import (
     BOI_TOKEN,
@@ -346,7 +350,7 @@ def test_a_local_path_that_is_not_a_directory_is_named(tmp_path, local_path, err
     ("arguments", "error", "message"),
     [
         ({"model": None}, TypeError, "model must be a torch.nn.Module, got NoneType"),
-        ({"repo_id": None}, TypeError, "repo_id must be a string, '<namespace>/<name>', got NoneType"),
+        ({"repo_id": 5}, TypeError, "repo_id must be a string, '<namespace>/<name>', got int"),
         ({"version": -1}, ValueError, "version must be 1 or more"),  # was an OverflowError from kernels' Rust
         ({"version": True}, TypeError, "version must be a whole number"),  # was taken for 1
         ({"version": "1"}, TypeError, "version must be a whole number (the kernel's major version), got '1'"),
@@ -359,6 +363,29 @@ def test_arguments_of_the_wrong_kind_are_named_before_any_request(arguments, err
     arguments = {"model": torch.nn.Linear(2, 2), "repo_id": "org/fused-geglu", "version": 1, **arguments}
     with pytest.raises(error, match=re.escape(message)):
         kernelize_geglu_mlps(arguments.pop("model"), **arguments)
+
+
+@pytest.mark.parametrize("hub_kernel", [{"repo_id": "org/fused-geglu"}, {"version": 2}], ids=["repo-id", "version"])
+def test_a_local_path_with_a_hub_kernel_is_refused(build_dir, hub_kernel):
+    """local_path was taken and the repo_id or version beside it ignored without a word."""
+    with pytest.raises(ValueError, match=r"^local_path and repo_id/version name two kernels: pass local_path"):
+        kernelize_geglu_mlps(tiny_model("gemma3"), local_path=build_dir, **hub_kernel)
+
+
+def test_a_build_of_another_kernel_is_named(build_dir, tmp_path):
+    """A build that loads, digests intact, but holds no GeGLUMLP: kernels' ValueError from deep in kernelize."""
+    other = tmp_path / "other"
+    shutil.copytree(build_dir, other)
+    for variant in layout.discover_variants(other):
+        (variant / "__init__.py").write_text("from . import layers\n")
+        (variant / "layers.py").write_text("class ReLU:\n    pass\n")
+        redigest(variant)
+    with pytest.raises(KernelLoadError, match=re.escape(f"the kernel of {other} has no layers.GeGLUMLP")):
+        kernelize_geglu_mlps(tiny_model("gemma3"), local_path=other)
+
+
+def test_the_default_kernel_is_the_one_build_toml_publishes():
+    assert read_config(REPO_ROOT).repo_id == DEFAULT_REPO_ID
 
 
 def test_check_refuses_what_is_not_a_module():
