@@ -4,9 +4,11 @@
 # 256 and 1024 tokens, with the kernels each call launches; the decode path's
 # stages). Outputs to $OUT. With a build carried as .baseline-build/ (python
 # -m geglu_triton build --out .baseline-build, from the revision to compare
-# with), its kernelized MLP is timed beside this one.
+# with), or the carried build named as the argument, its kernelized MLP is
+# timed beside this one.
 source "$(dirname "$0")/setup.sh"
+baseline_dir=${1:-.baseline-build}
 baseline=()
-[ -d .baseline-build ] && baseline=(--baseline-kernel-dir .baseline-build)
+[ -d "$baseline_dir" ] && baseline=(--baseline-kernel-dir "$baseline_dir")
 timeout 300 "$PY" benchmarks/host_time.py --kernel-dir "$build" "${baseline[@]}" --out "$OUT/host_time.json" 2>&1 \
     | tee "$OUT/host_time.log" | grep -v "dirty git tree" | tail -30
