@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import io
+import json
 import os
 import re
 import shutil
@@ -379,6 +380,9 @@ def test_a_build_of_another_kernel_is_named(build_dir, tmp_path):
     for variant in layout.discover_variants(other):
         (variant / "__init__.py").write_text("from . import layers\n")
         (variant / "layers.py").write_text("class ReLU:\n    pass\n")
+        # Its own module name: under the built one's, `from . import layers` finds that build's, imported already.
+        metadata = variant / layout.METADATA_FILE
+        metadata.write_text(json.dumps({**json.loads(metadata.read_text()), "id": f"_relu_{variant.name}"}))
         redigest(variant)
     with pytest.raises(KernelLoadError, match=re.escape(f"the kernel of {other} has no layers.GeGLUMLP")):
         kernelize_geglu_mlps(tiny_model("gemma3"), local_path=other)
