@@ -46,7 +46,7 @@ from .benchmarking.timing import (
     measure_copy_ceiling,
     measure_matmul_ceiling,
 )
-from .errors import UsageError, directory_to_read, directory_to_write, make_directory, positive_float
+from .errors import DistinctValues, UsageError, directory_to_read, directory_to_write, positive_float
 
 SCHEMA_VERSION = 1
 #: Size of the copy that measures the bandwidth ceiling, and of the matmul that measures the FLOP rate.
@@ -56,19 +56,21 @@ MATMUL_DTYPE = torch.bfloat16
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    grid = parser.add_mutually_exclusive_group()
+    grid.add_argument(
         "--grid",
         choices=list(GRIDS),
         help="what to measure: full (default on a GPU, ~5 min on an H200), quick (~1.5 min), tiny (a smoke test; "
         "always used without a GPU)",
     )
-    parser.add_argument("--quick", dest="grid", action="store_const", const="quick", help="the same as --grid quick")
+    grid.add_argument("--quick", dest="grid", action="store_const", const="quick", help="the same as --grid quick")
     parser.add_argument(
         "--out", type=directory_to_write, help="output directory (default: ./<date>-<device>/ in the current directory)"
     )
-    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), help="dtypes (default: the grid's)")
-    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, help="what to run (default: all)")
-    parser.add_argument("--approximations", nargs="+", choices=APPROXIMATIONS, help="GELU forms (default: tanh)")
+    several = {"nargs": "+", "action": DistinctValues}
+    parser.add_argument("--dtypes", **several, choices=list(DTYPES), help="dtypes (default: the grid's)")
+    parser.add_argument("--workloads", **several, choices=WORKLOADS, help="what to run (default: all)")
+    parser.add_argument("--approximations", **several, choices=APPROXIMATIONS, help="GELU forms (default: tanh)")
     parser.add_argument(
         "--kernel-dir", type=directory_to_read, help="an existing build (default: build this checkout into a temp dir)"
     )
@@ -198,15 +200,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--model-parts and --model-layers apply to whole models: add --models")
     device = environment.benchmark_device()
     grid = _grid_from(args, device)
-    out_dir = args.out or environment.default_results_dir(device)
-    json_path = out_dir / "results.json"
     names = tuple(args.workloads or WORKLOADS)
 
     if device.type == "cpu" and args.grid not in (None, grid.name):
         _print(f"bench: no GPU, so the {grid.name!r} grid instead of {args.grid!r}")
     loaded = environment.load_kernel(args.kernel_dir)
-    make_directory(out_dir, "the output directory")
+    out_dir = environment.output_directory(args.out, args.kernel_dir, device)
+    json_path = out_dir / "results.json"
     _print(f"bench: {environment.device_name(device)}, grid {grid.name!r}, writing to {out_dir}")
+    _print(f"bench: ours runs {environment.kernel_path(loaded.module, device)}")
     try:
         timer = Timer(device, grid.warmup_ms, grid.rep_ms)
         deadline = Deadline(grid.time_budget_s)

@@ -34,7 +34,7 @@ from .benchmarking.model_workloads import ModelContext, differences, measure_siz
 from .benchmarking.report import write_json
 from .benchmarking.timing import Deadline, Timer
 from .benchmarking.workloads import failure_text
-from .errors import UsageError, make_directory, positive_int
+from .errors import DistinctValues, UsageError, positive_int
 
 SCHEMA_VERSION = 1
 #: Dynamo's per-function recompile limit for the run: one compiled MLP graph per
@@ -48,16 +48,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--models",
         nargs="*",
+        action=DistinctValues,
         choices=sizes,
         metavar="SIZE",
         help=f"measure whole Gemma3 models instead of the kernel grid; sizes from {', '.join(sizes)} "
         "(default: the plan's, 1b 4b 12b 27b; tiny is a smoke test; without a GPU always tiny)",
     )
-    parser.add_argument("--model-parts", nargs="+", choices=PARTS, help="with --models: what to measure (default: all)")
+    parser.add_argument("--model-parts", nargs="+", action=DistinctValues, choices=PARTS, help="with --models: what to measure (default: all)")
     parser.add_argument(
         "--model-layers",
         type=positive_int,
-        help="with --models: build this many layers of every size (default: the plan's, fewer for 12B and 27B)",
+        help="with --models: build this many layers of every size, at most its own count (models.json records the "
+        "count built; default: the plan's, fewer for 12B and 27B)",
     )
 
 
@@ -98,14 +100,13 @@ def run(args: argparse.Namespace) -> int:
     device = environment.benchmark_device()
     plan = plan_for(device.type, args.models, args.model_layers, args.time_budget_s)
     parts = tuple(args.model_parts or PARTS)
-    out_dir = args.out or environment.default_results_dir(device)
-    make_directory(out_dir, "the output directory")
-    json_path = out_dir / "models.json"
     if device.type == "cpu" and args.models and set(args.models) != set(plan.sizes):
         _print(f"bench --models: no GPU, so the tiny config instead of {' '.join(args.models)}")
-    _print(f"bench --models: {environment.device_name(device)}, sizes {' '.join(plan.sizes)}, writing to {out_dir}")
-
     loaded = environment.load_kernel(args.kernel_dir)
+    out_dir = environment.output_directory(args.out, args.kernel_dir, device)
+    json_path = out_dir / "models.json"
+    _print(f"bench --models: {environment.device_name(device)}, sizes {' '.join(plan.sizes)}, writing to {out_dir}")
+    _print(f"bench --models: ours runs {environment.kernel_path(loaded.module, device)}")
     try:
         timer = Timer(device, plan.warmup_ms, plan.rep_ms)
         deadline = Deadline(plan.time_budget_s)

@@ -6,12 +6,14 @@ so ``--help`` and light commands stay fast.
 
 Every command reports a failure the same way, here: one line on stderr,
 ``geglu-triton <command>: error: <what went wrong and what to do>``, exit code
-2 for a wrong argument, 1 for a failure and 130 for Ctrl-C. Commands raise
-``errors.UserError`` (or a subclass); Hub, HTTP and network errors are
-translated by ``errors.from_hub_error``; an OSError about a file is the file
-system's refusal (not allowed, read-only, a directory where a file goes,
-full), said with the file's name; anything else is a bug, reported in one line too. ``--verbose``
-adds the traceback.
+2 for a wrong argument, 1 for a failure, 130 for Ctrl-C and 141 (quietly) when
+what reads stdout went away. Commands raise ``errors.UserError`` (or a
+subclass); Hub, HTTP and network errors are translated by
+``errors.from_hub_error``; an OSError about a file is the file system's
+refusal (not allowed, read-only, a directory where a file goes, full), said
+with the file's name; anything else is a bug, reported in one line too.
+``--verbose`` adds the traceback. Environment variables the libraries would
+fail on without naming them are checked first (``errors.check_environment``).
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
 import sys
 import traceback
 
-from .errors import UsageError, UserError, file_error, from_hub_error, one_line, sends_a_token
+from .errors import UsageError, UserError, check_environment, file_error, from_hub_error, one_line, sends_a_token
 
 # command name -> (module under geglu_triton, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -41,6 +44,7 @@ REFUSALS_OF_THE_FILE_SYSTEM = frozenset(
     {errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOTDIR, errno.ENOSPC, errno.EDQUOT, errno.ENAMETOOLONG}
 )
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 
 def _report(prog: str, message: str, *, verbose: bool) -> None:
@@ -92,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         name = argv[0]
         prog = f"geglu-triton {name}"
+        check_environment(os.environ)
         module = importlib.import_module(f"geglu_triton.{COMMANDS[name][0]}")
         command_parser = _ArgumentParser(prog=prog, description=COMMANDS[name][1])
         module.add_arguments(command_parser)
@@ -103,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         _report(prog, str(err), verbose=verbose)
         return err.exit_code
+    except BrokenPipeError:  # what reads the output went away (`| head`): stop quietly, as a killed pipe stage does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # or flushing at exit fails again
+        return EXIT_BROKEN_PIPE
     except Exception as err:
         user_error = _translated(err, args)
         if user_error is not None:

@@ -24,10 +24,12 @@ import tempfile
 from pathlib import Path
 
 from . import REPO_ROOT
-from .errors import directory_to_write
+from .errors import UserError, directory_to_write
 from .models import DEFAULT_REPO_ID
 
 TRUSTED_ORG = DEFAULT_REPO_ID.split("/")[0]
+#: Cache locations that override HF_HOME's: unset for the demo, whose downloads go to its scratch HF_HOME.
+DEMO_OWNED_CACHES = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_XET_CACHE", "HF_ASSETS_CACHE", "KERNELS_CACHE")
 
 #: ||kernelized - original|| / ||original|| allowed for the logits, per dtype name.
 LOGITS_REL_TOL = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 5e-3}
@@ -97,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
             os.environ["HF_ENDPOINT"] = hub.endpoint
             os.environ["HF_TOKEN"] = token
             os.environ["HF_HOME"] = str(scratch / "hf-home")
+            for cache in DEMO_OWNED_CACHES:  # each would take precedence over HF_HOME's: the user's own caches
+                os.environ.pop(cache, None)
             os.environ.pop("HF_HUB_OFFLINE", None)
             os.environ.pop("HF_HUB_DISABLE_TELEMETRY", None)  # breaks kernels' requests (see README)
 
@@ -108,21 +112,12 @@ def run(args: argparse.Namespace) -> int:
             return _publish_load_and_compare(args, args.build, hub.endpoint, token)
 
 
-def _kernel_path(kernel, device) -> str:
-    """What runs a kernelized MLP on ``device``: compiled Triton kernels, the interpreted ones, or PyTorch."""
-    if device.type != "cpu":
-        return f"the Triton kernels, compiled for {device.type}"
-    launcher = getattr(kernel, "triton_launcher", None)  # absent where triton is not installed
-    if launcher is not None and launcher.RUNS_INTERPRETED:
-        return "the Triton kernels under Triton's interpreter (TRITON_INTERPRET)"
-    return "the PyTorch fallback: set TRITON_INTERPRET=1 to run the Triton kernels on the CPU"
-
-
 def _publish_load_and_compare(args, build_dir: Path, endpoint: str, token: str) -> int:
     import torch
     from huggingface_hub import HfApi
     from kernels import get_kernel
 
+    from .benchmarking.environment import kernel_path
     from .models import kernelize_geglu_mlps
     from .publish import publish
 
@@ -144,7 +139,7 @@ def _publish_load_and_compare(args, build_dir: Path, endpoint: str, token: str) 
         f"  hidden {config.hidden_size}, intermediate {config.intermediate_size}, "
         f"{config.num_hidden_layers} layers, activation {config.hidden_activation}"
     )
-    print(f"  the kernel's MLPs will run {_kernel_path(kernel, device)}")
+    print(f"  the kernel's MLPs will run {kernel_path(kernel, device)}")
 
     _step(6, "kernelizing a copy with GeGLUMLP from the Hub")
     kernelized = copy.deepcopy(original)
@@ -152,9 +147,8 @@ def _publish_load_and_compare(args, build_dir: Path, endpoint: str, token: str) 
     print(f"  classes given the GeGLUMLP layer name: {', '.join(swap.classes) or 'none'}")
     for name in swap.swapped_modules:
         print(f"  swapped: {name}")
-    if not swap.swapped_modules:
-        print("FAIL: no module was swapped")
-        return 1
+    if not swap.swapped_modules:  # kernelize_geglu_mlps raises where it found MLPs, unless mapping is disabled
+        raise UserError("kernelize swapped no module: DISABLE_KERNEL_MAPPING is set; unset it to run the demo")
 
     _step(7, "comparing logits")
     torch.manual_seed(1)
@@ -175,7 +169,9 @@ def _publish_load_and_compare(args, build_dir: Path, endpoint: str, token: str) 
               f"({original_ms / kernelized_ms:.2f}x)")
 
     if not rel <= tolerance:
-        print("FAIL: the kernelized model's logits do not match the original's")
-        return 1
+        raise UserError(
+            f"the kernelized model's logits do not match the original's: relative difference {rel:.3g}, "
+            f"tolerance {tolerance:g}"
+        )
     print("\nOK: the kernelized model matches the original")
     return 0

@@ -16,7 +16,8 @@ send by ``check_client_login``; ``positive_int`` and ``positive_float`` are the
 of every option naming a directory a command creates or fills (``make_directory``
 creates it, and checks that it can be written, before the command's work);
 ``check_token`` is the one rule for a Hub token, the local Hub's and a client's;
-``file_error`` says an OSError in one line, with the file's name.
+``file_error`` says an OSError in one line, with the file's name; ``DistinctValues`` refuses a value given twice
+to an option of several; ``check_environment`` names a variable the libraries would fail on unnamed.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ _TOKEN = re.compile(r"[!-~]+")
 # A Hub repository id: "<namespace>/<name>", each part as huggingface_hub's validator accepts it.
 _REPO_PART = re.compile(r"(?![-.])(?!.*(--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])")
 #: What is_valid_repo_part accepts, as the errors say it.
+#: huggingface_hub's timeouts, in seconds, from the environment.
+TIMEOUT_VARIABLES = ("HF_HUB_DOWNLOAD_TIMEOUT", "HF_HUB_ETAG_TIMEOUT")
 REPO_PART_RULE = (
     "letters, digits, '-', '_', '.'; at most 96; no leading or trailing '-' or '.', no '--' or '..'; "
     "a repository name does not end in '.git'"
@@ -78,6 +81,49 @@ def positive_float(text: str) -> float:
     if not (0 < value < math.inf):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
     return value
+
+
+class DistinctValues(argparse.Action):
+    """An argparse ``action`` for an option of several values (``nargs``): refuses a value given twice, which
+    a command would otherwise run twice."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        repeated = [value for index, value in enumerate(values) if value in values[:index]]
+        if repeated:
+            raise argparse.ArgumentError(self, f"{', '.join(map(repr, dict.fromkeys(repeated)))} given more than once")
+        setattr(namespace, self.dest, values)
+
+
+def _as_int(value: str) -> int | None:
+    """``int(value)`` as the libraries parse their variables, or None where it raises."""
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def check_environment(environ) -> None:
+    """UsageError for an environment variable that a library of the toolkit parses and fails on without naming it.
+
+    kernels reads ``DISABLE_KERNEL_MAPPING`` with ``int()`` when it is
+    imported; huggingface_hub reads its timeouts (``TIMEOUT_VARIABLES``) with
+    ``int()`` when it is imported, 0 for its default, and a negative one fails
+    its first request.
+    """
+    mapping = environ.get("DISABLE_KERNEL_MAPPING")
+    if mapping is not None and _as_int(mapping) is None:
+        raise UsageError(
+            f"DISABLE_KERNEL_MAPPING={mapping!r} is not a whole number: kernels reads it as one (1 keeps every "
+            "module's own forward; 0, or unset, kernelizes)"
+        )
+    for name in TIMEOUT_VARIABLES:
+        value = environ.get(name)
+        seconds = None if value is None else _as_int(value)
+        if value is not None and (seconds is None or seconds < 0):
+            raise UsageError(
+                f"{name}={value!r} is not a whole number of seconds (huggingface_hub reads it as one; 0, or unset, "
+                "for its default)"
+            )
 
 
 def directory_to_write(text: str) -> Path:

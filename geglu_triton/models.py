@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import torch.nn as nn
 
 from . import layout
-from .errors import UsageError, directory_to_read, from_hub_error, one_line, sends_a_token, validate_repo_id
+from .errors import UsageError, UserError, directory_to_read, from_hub_error, one_line, sends_a_token, validate_repo_id
 
 #: The Hub kernel ``kernelize_geglu_mlps`` loads by default: build.toml's ``[general.hub] repo-id``, where the
 #: demo publishes it.
@@ -104,8 +104,9 @@ def geglu_mlp_classes(model: nn.Module, activation_gelu_form) -> list[type]:
     return classes
 
 
-class KernelLoadError(RuntimeError):
-    """The kernel could not be fetched or did not replace the MLPs; the one-line message says why."""
+class KernelLoadError(UserError, RuntimeError):
+    """The kernel could not be fetched or did not replace the MLPs; the one-line message says why (the command
+    line reports it as it is)."""
 
 
 def _fused_forward(module: nn.Module) -> bool:

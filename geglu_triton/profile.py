@@ -44,7 +44,7 @@ from .benchmarking.grid import GEMMA3_1B, GEMMA_2B, GEMMA_MLPS, TINY_MLP, MLPMod
 from .benchmarking.report import md_cell
 from .benchmarking.timing import synchronize
 from .benchmarking.workloads import failure_text
-from .errors import UserError, directory_to_read, directory_to_write, make_directory, positive_int
+from .errors import UserError, directory_to_read, directory_to_write, positive_int
 
 #: Forward passes (training steps) profiled per stage in each of the two passes (figures are per forward
 #: or step, over both passes), after WARMUP_CALLS unprofiled ones.
@@ -282,7 +282,7 @@ def summary_markdown(report: dict) -> str:
         f"{report['model']} MLP (hidden {report['hidden']}, intermediate {report['intermediate']}), "
         f"{report['tokens']} tokens, {report['dtype']}, {report['pass']}, figures per {report['unit']} "
         f"(mean of {PROFILED_CALLS} in each of two passes: the stages in the order listed, then in reverse; GPU µs "
-        f"as the mean, then each pass's). {report['date_utc']}.",
+        f"as the mean, then each pass's). Ours runs {report['ours_runs']}. {report['date_utc']}.",
         "",
     ]
     if report["note"]:
@@ -369,9 +369,8 @@ def run(args: argparse.Namespace) -> int:
     model, tokens = (TRAINING_SIZES if training else SIZES)[device.type]
     model = MLP_CHOICES[args.mlp] if args.mlp else model
     tokens = args.tokens or tokens
-    out_dir = args.out or environment.default_results_dir(device)
     loaded = environment.load_kernel(args.kernel_dir)
-    make_directory(out_dir, "the output directory")
+    out_dir = environment.output_directory(args.out, args.kernel_dir, device)
     try:
         stages = profile_stages(TRAINING_STAGES if training else STAGES, model, tokens, loaded.module, device, training)
     finally:
@@ -390,6 +389,7 @@ def run(args: argparse.Namespace) -> int:
         "unit": "step" if training else "forward",
         "profiled_calls": PROFILED_CALLS,
         "compile_backend": implementations.compile_backend(device),
+        "ours_runs": environment.kernel_path(loaded.module, device),
         "note": _note(device, stages),
         "stages": stages,
     }

@@ -131,6 +131,22 @@ def test_bench_failures_list_only_real_failures(results):
         assert failure["kind"] == "failed" and failure["implementation"] == implementations.LIGER, failure
 
 
+def test_a_figure_without_data_this_run_does_not_stay_from_an_earlier_one(tmp_path):
+    """The default results directory is the same for every run of a day: a second run's results sat beside the
+    first run's figures of what it did not measure."""
+    from geglu_triton.benchmarking import plots
+
+    (tmp_path / "stale.png").write_bytes(b"an earlier run's figure")
+
+    def a_figure(plt, results):
+        return plt.figure()
+
+    results = {"notes": []}
+    written = plots._write_figures(results, tmp_path, {"stale.png": lambda plt, results: None, "made.png": a_figure})
+    assert written == [tmp_path / "made.png"] and sorted(p.name for p in tmp_path.iterdir()) == ["made.png"]
+    assert results["notes"] == []
+
+
 def test_profile_reports_every_stage(build_dir, tmp_path, monkeypatch):
     # Without --out, the report goes to ./<date>-<device>/ of the current directory, not the package's tree.
     monkeypatch.chdir(tmp_path)

@@ -23,11 +23,13 @@ import huggingface_hub
 import pytest
 from huggingface_hub.errors import HfHubHTTPError, OIDCError
 
+from geglu_triton import REPO_ROOT
 from geglu_triton import profile as profile_module
 from geglu_triton import publish as publish_module
-from geglu_triton.cli import EXIT_INTERRUPTED, main
+from geglu_triton.cli import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, main
 from geglu_triton.errors import (
     UsageError,
+    check_environment,
     from_hub_error,
     is_valid_repo_part,
     one_line,
@@ -157,6 +159,18 @@ def test_hub_serve_refuses_an_empty_host_and_a_bad_organization(capsys, tmp_path
             ["bench", "--models", "tiny", "--model-layers", "0"],
             "geglu-triton bench: error: argument --model-layers: must be a positive whole number, got '0'",
         ),
+        # A value given twice was measured twice, and listed twice in the results.
+        *(
+            (["bench", option, *values], f"geglu-triton bench: error: argument {option}: {repeated} given more than once")
+            for option, values, repeated in (
+                ("--dtypes", ("bf16", "fp32", "bf16"), "'bf16'"),
+                ("--workloads", ("host", "host"), "'host'"),
+                ("--approximations", ("tanh", "none", "none", "tanh"), "'none', 'tanh'"),
+                ("--models", ("1b", "1b"), "'1b'"),
+                ("--model-parts", ("mlp", "mlp"), "'mlp'"),
+            )
+        ),
+        (["bench", "--grid", "full", "--quick"], "geglu-triton bench: error: argument --quick: not allowed with argument --grid"),
         *(
             (
                 ["bench", option, value],
@@ -369,6 +383,70 @@ def test_the_cli_and_the_local_hub_take_one_rule_for_names(part, is_name):
     cli = accepted(validate_repo_id, UsageError, repo_id)
     served = accepted(lambda value: validate_repo_name(value, is_name=is_name), InvalidName, part)
     assert is_valid_repo_part(part, is_name=is_name) == cli == served == hub
+
+
+@pytest.mark.parametrize("command", ["bench", "profile"])
+def test_results_inside_the_measured_build_are_refused(capsys, build_dir, command):
+    """They were written into the variant, which then failed every digest check and load."""
+    before = sorted(build_dir.rglob("*"))
+    code, line = run_cli(capsys, command, "--kernel-dir", str(build_dir), "--out", str(build_dir / "torch-cpu"))
+    assert code == 2 and line == (
+        f"geglu-triton {command}: error: --out {build_dir / 'torch-cpu'} is inside --kernel-dir {build_dir}: results "
+        "written there would become files of the build, which then fails its digest check; choose another --out"
+    )
+    assert sorted(build_dir.rglob("*")) == before
+
+
+def test_the_kernels_source_as_kernel_dir_is_named(capsys, tmp_path, monkeypatch):
+    """The hint was to build into the source itself, which build refuses."""
+    monkeypatch.chdir(tmp_path)
+    source = REPO_ROOT / "torch-ext" / "fused_geglu"
+    code, line = run_cli(capsys, "bench", "--kernel-dir", str(source))
+    assert code == 2 and line == (
+        f"geglu-triton bench: error: --kernel-dir {source} is the kernel's source, not a build: build one with "
+        "`python -m geglu_triton build --out DIR` and pass that DIR"
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("DISABLE_KERNEL_MAPPING", "abc", "DISABLE_KERNEL_MAPPING='abc' is not a whole number: kernels reads it as one"),
+        ("HF_HUB_DOWNLOAD_TIMEOUT", "-5", "HF_HUB_DOWNLOAD_TIMEOUT='-5' is not a whole number of seconds"),
+        ("HF_HUB_ETAG_TIMEOUT", "1.5", "HF_HUB_ETAG_TIMEOUT='1.5' is not a whole number of seconds"),
+    ],
+)
+def test_an_environment_variable_the_libraries_fail_on_is_named(capsys, tmp_path, monkeypatch, variable, value, expected):
+    """They were "unexpected ValueError: invalid literal for int()" and "Timeout value out of range", unnamed."""
+    monkeypatch.setenv(variable, value)
+    code, line = run_cli(capsys, "check", str(tmp_path))
+    assert code == 2 and line.startswith(f"geglu-triton check: error: {expected}"), line
+
+
+def test_environment_variables_as_the_libraries_take_them_pass():
+    check_environment({"DISABLE_KERNEL_MAPPING": " 1 ", "HF_HUB_DOWNLOAD_TIMEOUT": "0", "HF_HUB_ETAG_TIMEOUT": "30"})
+
+
+_WRITES_UNTIL_STOPPED = """
+import sys
+from geglu_triton import check, cli
+def run(args):
+    while True:
+        print("a line of results", flush=True)
+check.run = run
+sys.exit(cli.main(["check", "."]))
+"""
+
+
+def test_a_reader_that_goes_away_stops_the_command_quietly(tmp_path):
+    """`bench | head -1` was "unexpected BrokenPipeError", exit 1, on stderr after the line read."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", _WRITES_UNTIL_STOPPED], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
+    )
+    assert process.stdout.readline() == b"a line of results\n"
+    process.stdout.close()
+    assert process.wait(timeout=60) == EXIT_BROKEN_PIPE
+    assert process.stderr.read() == b""
 
 
 def test_a_missing_kernel_dir_is_a_usage_error(capsys, tmp_path, monkeypatch):

@@ -12,7 +12,11 @@ from geglu_triton import REPO_ROOT
 
 
 def test_demo_end_to_end(tmp_path):
+    """With the user's own caches set, which take precedence over HF_HOME: the demo's downloads stay in its scratch
+    directory (they went into the user's hub cache)."""
+    users_caches = {name: tmp_path / name.lower() for name in ("HF_HUB_CACHE", "KERNELS_CACHE")}
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update({name: str(path) for name, path in users_caches.items()})
     result = subprocess.run(
         [sys.executable, "-m", "geglu_triton", "demo", "--build", str(tmp_path / "build"), "--allow-dirty"],
         cwd=REPO_ROOT,
@@ -27,3 +31,4 @@ def test_demo_end_to_end(tmp_path):
     ran = "the Triton kernels, compiled for cuda" if torch.cuda.is_available() else "the Triton kernels under Triton's"
     assert f"the kernel's MLPs will run {ran}" in result.stdout
     assert "OK: the kernelized model matches the original" in result.stdout
+    assert not any(path.exists() for path in users_caches.values())

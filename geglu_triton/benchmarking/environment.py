@@ -21,7 +21,8 @@ from types import ModuleType
 
 import torch
 
-from ..errors import UsageError, UserError
+from .. import REPO_ROOT
+from ..errors import UsageError, UserError, make_directory
 
 
 def benchmark_device() -> torch.device:
@@ -55,6 +56,23 @@ def default_results_dir(device: torch.device) -> Path:
     return Path.cwd() / f"{utc_now():%Y-%m-%d}-{device_slug(device)}"
 
 
+def output_directory(out: Path | None, kernel_dir: Path | None, device: torch.device) -> Path:
+    """Where a benchmark writes (``--out``, else ``default_results_dir``), made and checked before any work.
+
+    Never inside the build it measures (``--kernel-dir``): a results file in a
+    variant is a file its digest does not record, and the build would fail
+    every later check and load.
+    """
+    out_dir = out or default_results_dir(device)
+    if kernel_dir is not None and out_dir.resolve().is_relative_to(Path(kernel_dir).resolve()):
+        raise UsageError(
+            f"--out {out_dir} is inside --kernel-dir {kernel_dir}: results written there would become files of the "
+            "build, which then fails its digest check; choose another --out"
+        )
+    make_directory(out_dir, "the output directory")
+    return out_dir
+
+
 def _version(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)
@@ -83,6 +101,16 @@ def versions() -> dict[str, str | None]:
     }
 
 
+def kernel_path(kernel, device) -> str:
+    """What runs a kernelized MLP on ``device``: compiled Triton kernels, the interpreted ones, or PyTorch."""
+    if device.type != "cpu":
+        return f"the Triton kernels, compiled for {device.type}"
+    launcher = getattr(kernel, "triton_launcher", None)  # absent where triton is not installed
+    if launcher is not None and launcher.RUNS_INTERPRETED:
+        return "the Triton kernels under Triton's interpreter (TRITON_INTERPRET)"
+    return "the PyTorch fallback (TRITON_INTERPRET=1 runs the Triton kernels on the CPU)"
+
+
 def run_meta(device: torch.device, loaded: "LoadedKernel", timer_method: str, compile_backend: str) -> dict:
     """The results file's ``meta``: when, where, with which libraries and kernel build, timed how."""
     return {
@@ -92,7 +120,11 @@ def run_meta(device: torch.device, loaded: "LoadedKernel", timer_method: str, co
         "device_slug": device_slug(device),
         "device_properties": device_properties(device),
         "versions": versions(),
-        "kernel": {"build_dir": str(loaded.build_dir), "module": loaded.module.__name__},
+        "kernel": {
+            "build_dir": str(loaded.build_dir),
+            "module": loaded.module.__name__,
+            "runs": kernel_path(loaded.module, device),
+        },
         "argv": sys.argv,
         "timer": timer_method,
         "compile_backend": compile_backend,
@@ -136,6 +168,7 @@ class LoadedKernel:
 
 def load_kernel(kernel_dir: Path | None) -> LoadedKernel:
     """The built kernel from ``kernel_dir``, or built from this checkout into a temporary directory."""
+    from geglu_triton.buildinfo import read_config
     from geglu_triton.models import KernelLoadError, load_local_kernel
 
     temporary = kernel_dir is None
@@ -146,6 +179,12 @@ def load_kernel(kernel_dir: Path | None) -> LoadedKernel:
         atexit.register(shutil.rmtree, kernel_dir, ignore_errors=True)
         build_variants(kernel_dir)
     kernel_dir = Path(kernel_dir).resolve()
+    source = read_config(REPO_ROOT).package_dir.resolve()
+    if not temporary and kernel_dir.is_relative_to(source):
+        raise UsageError(
+            f"--kernel-dir {kernel_dir} is the kernel's source, not a build: build one with "
+            "`python -m geglu_triton build --out DIR` and pass that DIR"
+        )
     if not kernel_dir.is_dir():
         raise UsageError(
             f"--kernel-dir {kernel_dir} is not a directory (build one with `python -m geglu_triton build`)"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .implementations import EAGER
 from .model_grid import DECODE, PREFILL, TRAINING, in_size_order
-from .report import md_cell, versions_text
+from .report import cpu_kernel_path, md_cell, versions_text
 
 #: The MLP token counts the README table shows (GPU time): decode, and a long prefill.
 README_MLP_TOKENS = (1, 16, 4096)
@@ -281,8 +281,8 @@ def full_markdown(results: dict) -> str:
     ]
     if meta["device"] == "cpu":
         lines += [
-            "**A CPU run**: a smoke test of the code path on a tiny config. Ours runs under Triton's interpreter "
-            "(TRITON_INTERPRET=1) or the PyTorch fallback: these times say nothing about performance.",
+            f"**A CPU run**: a smoke test of the code path on a tiny config. Ours runs {cpu_kernel_path(meta)}. "
+            "These times say nothing about performance.",
             "",
         ]
     if not meta["complete"]:

@@ -56,15 +56,7 @@ def _cells(results: dict, workload: str, dtype: str | None = None, approximate: 
     ]
 
 
-def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=130, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path
-
-
-def _activation_bandwidth(plt, results: dict, out_dir: Path) -> Path | None:
+def _activation_bandwidth(plt, results: dict):
     approximate = results["grid"]["approximations"][0]
     workloads = [w for w in ACTIVATION_WORKLOADS if _cells(results, w, approximate=approximate)]
     dtypes = [d for d in results["grid"]["dtypes"] if any(_cells(results, w, d, approximate) for w in workloads)]
@@ -97,7 +89,7 @@ def _activation_bandwidth(plt, results: dict, out_dir: Path) -> Path | None:
             ax.grid(True, which="both", alpha=0.3)
     axes[0][0].legend(loc="lower right", fontsize=8)
     fig.suptitle(f"GeGLU activation: effective bandwidth on {results['meta']['device_name']}")
-    return _save(fig, out_dir / "activation_bandwidth.png")
+    return fig
 
 
 def _heatmap_values(results: dict, workload: str, dtype: str, approximate: str) -> tuple[list, list]:
@@ -114,7 +106,7 @@ def _heatmap_values(results: dict, workload: str, dtype: str, approximate: str) 
     return values, notes
 
 
-def _speedup_heatmap(plt, results: dict, out_dir: Path) -> Path | None:
+def _speedup_heatmap(plt, results: dict):
     from matplotlib.colors import TwoSlopeNorm
 
     dtype, approximate = results["grid"]["dtypes"][0], results["grid"]["approximations"][0]
@@ -151,7 +143,7 @@ def _speedup_heatmap(plt, results: dict, out_dir: Path) -> Path | None:
         f"GeGLU activation on {results['meta']['device_name']}: ours (gate, up) against the fastest of "
         f"{', '.join(SHORT[b] for b in BASELINES)} in each cell"
     )
-    return _save(fig, out_dir / "speedup_heatmap.png")
+    return fig
 
 
 def _plain_log_ticks(axis) -> None:
@@ -162,7 +154,7 @@ def _plain_log_ticks(axis) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def _mlp(plt, results: dict, out_dir: Path) -> Path | None:
+def _mlp(plt, results: dict):
     workloads = [w for w in MLP_WORKLOADS if _cells(results, w)]
     if not workloads:
         return None
@@ -197,7 +189,7 @@ def _mlp(plt, results: dict, out_dir: Path) -> Path | None:
             ax.grid(True, which="both", alpha=0.3)
     axes[0][0].legend(loc="upper left", fontsize=8)
     fig.suptitle(f"Gemma-style GeGLU MLP on {results['meta']['device_name']}")
-    return _save(fig, out_dir / "mlp.png")
+    return fig
 
 
 def _label_bars(ax, bars, texts) -> None:
@@ -253,7 +245,7 @@ def _recompile_panel(ax, recompiles: dict) -> None:
     ax.set_title(f"one function, {len(recompiles['token_counts'])} different token counts")
 
 
-def _host(plt, results: dict, out_dir: Path) -> Path | None:
+def _host(plt, results: dict):
     host = results["host"]
     if not host:
         return None
@@ -262,7 +254,7 @@ def _host(plt, results: dict, out_dir: Path) -> Path | None:
     _cold_start_panel(axes[1], host.get("cold_start", {}))
     _recompile_panel(axes[2], host.get("recompilations", {}))
     fig.suptitle(f"Host side on {results['meta']['device_name']}")
-    return _save(fig, out_dir / "host.png")
+    return fig
 
 
 #: The model-level figures of speed against eager: (part, figure, its label, whether larger is faster).
@@ -325,7 +317,7 @@ def _model_speed_panel(ax, results: dict) -> None:
     ax.grid(True, axis="y", alpha=0.3)
 
 
-def _models(plt, results: dict, out_dir: Path) -> Path | None:
+def _models(plt, results: dict):
     with_mlp = [r for r in in_size_order(results["models"]) if "cells" in (r.get("mlp") or {})]
     if not results["models"]:
         return None
@@ -338,11 +330,15 @@ def _models(plt, results: dict, out_dir: Path) -> Path | None:
         fig.axes[0].legend(loc="upper left", fontsize=7)
     _model_speed_panel(fig.add_subplot(grid[1, :]), results)
     fig.suptitle(f"Gemma3 models ({results['dtype']}, random weights) on {results['meta']['device_name']}")
-    return _save(fig, out_dir / "models.png")
+    return fig
 
 
-def _write_figures(results: dict, out_dir: Path, makers) -> list[Path]:
-    """Every figure of ``makers`` the results have data for; none (and a note in the results) without matplotlib."""
+def _write_figures(results: dict, out_dir: Path, makers: dict) -> list[Path]:
+    """Every figure of ``makers`` (file name -> maker of the figure, or None without data for it) the results
+    have data for; none (and a note in the results) without matplotlib. A figure not made this time is removed
+    from ``out_dir``, so that one from an earlier run into the same directory never sits beside these results.
+    """
+    written = []
     try:
         import matplotlib
 
@@ -350,25 +346,35 @@ def _write_figures(results: dict, out_dir: Path, makers) -> list[Path]:
         import matplotlib.pyplot as plt
     except ImportError as err:
         results["notes"].append(f"no plots: matplotlib is not installed ({err})")
-        return []
-    written = []
-    for make in makers:
+        plt = None
+    for name, make in makers.items():
+        path = out_dir / name
+        path.unlink(missing_ok=True)
+        if plt is None:
+            continue
         try:
-            path = make(plt, results, out_dir)
+            fig = make(plt, results)
+            if fig is not None:
+                fig.savefig(path, dpi=130, bbox_inches="tight")
+                written.append(path)
         except Exception as err:  # a figure is not worth the results: note it and go on
             results["notes"].append(f"plot {make.__name__.lstrip('_')} failed: {type(err).__name__}: {err}")
+        finally:
             plt.close("all")
-            continue
-        if path is not None:
-            written.append(path)
     return written
 
 
 def write_plots(results: dict, out_dir: Path) -> list[Path]:
     """The kernel grid's figures (``bench``)."""
-    return _write_figures(results, out_dir, (_activation_bandwidth, _speedup_heatmap, _mlp, _host))
+    figures = {
+        "activation_bandwidth.png": _activation_bandwidth,
+        "speedup_heatmap.png": _speedup_heatmap,
+        "mlp.png": _mlp,
+        "host.png": _host,
+    }
+    return _write_figures(results, out_dir, figures)
 
 
 def write_model_plots(results: dict, out_dir: Path) -> list[Path]:
     """The model-level figure (``bench --models``)."""
-    return _write_figures(results, out_dir, (_models,))
+    return _write_figures(results, out_dir, {"models.png": _models})
