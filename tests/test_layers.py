@@ -130,6 +130,18 @@ def test_geglu_mlp_runs_other_activations_unfused(kernel, make_act):
     assert act_calls == [1]
 
 
+@pytest.mark.parametrize("act_fn", [torch.nn.functional.gelu, torch.relu], ids=["F.gelu", "torch.relu"])
+def test_an_act_fn_that_is_a_function_runs_the_module_forward(kernel, act_fn):
+    """Set on the instance, a function is not in _modules: the config's tanh GELU was fused in its place (wrong by
+    1e-4 for F.gelu's exact form, by 8e-2 for relu)."""
+    module = GeGLUMLPModule(config=types.SimpleNamespace(hidden_activation="gelu_pytorch_tanh"))
+    module.act_fn = act_fn
+    x = randn(3, 16)
+    reference = module(x)
+    assert kernel.layers.gelu_approximation(module) is None
+    assert torch.equal(_with_kernel_forward(module, kernel.layers.GeGLUMLP)(x), reference)
+
+
 def test_gemma3n_mlps_with_activation_sparsity_run_their_own_forward(kernel):
     """Gemma 3n's MLP takes a Gaussian top-k of the gate before its GELU in its sparse layers: those run the
     original forward (the top-k included), the dense ones the fused path."""

@@ -121,6 +121,16 @@ def test_every_down_proj_table_config_is_correct(kernel, device, dtype):
         _assert_within_eager_error(out, torch.nn.functional.linear(x, weight, bias), exact)
 
 
+def test_a_gemm_result_with_other_strides_is_not_written_through_a_copy(kernel, device, monkeypatch):
+    """The GeGLU is written over the gate projection where it can be: over a column-major one (as F.linear returns
+    for a sparse weight) it went into a contiguous copy, and the gate projection itself was returned."""
+    x, gate_weight, up_weight = randn(3, 8, device=device), randn(12, 8, device=device), randn(12, 8, device=device)
+    expected = eager_geglu_linear(x, gate_weight, up_weight, None, None, "tanh")
+    linear = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda *args: linear(*args).t().contiguous().t())
+    assert rel_error(kernel.geglu_linear(x, gate_weight, up_weight), expected) <= FORWARD_REL_TOL[torch.float32]
+
+
 @pytest.mark.parametrize(
     "make_bias",
     [lambda b: torch.stack([b, -b], dim=1)[:, 0], lambda b: b[:1].expand(b.shape[0]), lambda b: b.flip(0).flip(0)],

@@ -91,6 +91,17 @@ BAD_INPUTS = [
     ("gelu_tanh_and_mul", lambda: (torch.empty(3, 2, device="meta"), randn(3, 4)), {}, ValueError, "out must be on"),
     ("gelu_tanh_and_mul", lambda: (torch.empty(3, 2), randn(3, 5)), {}, ValueError, "must be even"),
     ("gelu_and_mul", lambda: (torch.empty(1, 2).expand(3, 2), randn(3, 4)), {}, ValueError, "stride 0 in dimension 0"),
+    # The projections' common call (no biases) is checked in one expression: a sparse weight passed it and gave the
+    # gate projection itself (the GeGLU written over F.linear's strided result went into a copy).
+    ("geglu_linear", lambda: (randn(2, 8), randn(12, 8).to_sparse(), randn(12, 8)), {}, TypeError,
+     "gate_weight is a sparse_coo tensor"),
+    ("geglu_mlp", lambda: (randn(2, 8), randn(12, 8), randn(12, 8).to_sparse_csr(), randn(8, 12)), {}, TypeError,
+     "up_weight is a sparse_csr tensor"),
+    ("geglu_mlp", lambda: (randn(2, 8), randn(12, 8), randn(12, 8), randn(8, 12).to_sparse()), {}, TypeError,
+     "down_weight is a sparse_coo tensor"),
+    ("geglu_linear", lambda: (randn(2, 8).to_mkldnn(), randn(12, 8), randn(12, 8)), {}, TypeError, "x is a mkldnn tensor"),
+    ("geglu_mlp", lambda: (torch.nested.nested_tensor([randn(2, 8), randn(3, 8)], layout=torch.jagged), randn(12, 8),
+                           randn(12, 8), randn(8, 12)), {}, TypeError, "x is a nested tensor"),
     ("geglu_down_proj", lambda: (randn(3, 4), randn(3, 4), randn(5, 3)), {}, ValueError, "down_weight must be [hidden, 4]"),
     ("geglu_down_proj", lambda: (randn(3, 4), randn(3, 4), randn(5, 4), randn(4)), {}, ValueError, "down_bias must have shape (5,)"),
     ("geglu_down_proj", lambda: (randn(3, 4), randn(3, 4), randn(5, 4).half()), {}, TypeError, "down_weight must have gate's dtype"),

@@ -346,6 +346,27 @@ def test_an_inference_tensor_trains_the_other_operands_as_in_eager(kernel, devic
     assert rel_error(ours, eager) <= 1e-6
 
 
+@pytest.mark.parametrize("plain", [True, False], ids=["plain-projections", "hooked-gate-proj"])
+def test_enable_grad_inside_inference_mode_records_nothing_as_in_eager(kernel, device, plain):
+    """Grad mode is on there, but autograd records nothing: ours tried to save inference tensors for a backward
+    ("Inference tensors cannot be saved for backward"), and geglu returned a result with a grad_fn."""
+    module = _mlp(24, 40, dtype=torch.float32, device=device, bias=True)
+    reference, ours = _copy(module), _kernelized(kernel, _copy(module))
+    if not plain:  # not a plain nn.Linear: the GeGLU and down_proj through geglu_down_proj
+        ours.gate_proj.register_forward_hook(lambda *args: None)
+    x, gate, up = randn(3, 24, device=device), randn(3, 40, device=device), randn(3, 40, device=device)
+    gate.requires_grad_()
+    with torch.inference_mode(), torch.enable_grad():
+        results = [
+            (ours(x), reference(x)),
+            (kernel.geglu(gate, up), F.gelu(gate, approximate="tanh") * up),
+            (kernel.geglu_concat(torch.cat([gate, up], -1)), F.gelu(gate, approximate="tanh") * up),
+        ]
+    for got, expected in results:
+        assert got.grad_fn is None and not got.requires_grad and got.is_inference()
+        assert rel_error(got, expected) <= 1e-5
+
+
 @pytest.mark.parametrize("x_requires_grad", [False, True])
 def test_training_path_only_computes_the_gradients_asked_for(kernel, device, x_requires_grad):
     """Frozen down_proj (no weight gradient: h is not recomputed) and frozen gate/up projections."""

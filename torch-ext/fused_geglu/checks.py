@@ -144,9 +144,13 @@ def _projections_are_well_formed(x, gate_weight, up_weight, approximate: str) ->
     """
     if not (isinstance(x, torch.Tensor) and isinstance(gate_weight, torch.Tensor) and isinstance(up_weight, torch.Tensor)):
         return False
-    dtype, device, weight_shape = x.dtype, x.device, gate_weight.shape
+    dtype, device, weight_shape, strided = x.dtype, x.device, gate_weight.shape, torch.strided
     return (
         dtype in SUPPORTED_DTYPES
+        and x.layout is strided  # not sparse, MKL-DNN or a jagged nested tensor (_check_tensor names them)
+        and not x.is_nested
+        and gate_weight.layout is strided
+        and up_weight.layout is strided
         and approximate in APPROXIMATIONS
         and x.dim() > 0
         and len(weight_shape) == 2
@@ -189,6 +193,7 @@ def check_mlp(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_b
     well_formed = (  # the common call, in one expression (see _projections_are_well_formed)
         down_bias is None
         and isinstance(down_weight, torch.Tensor)
+        and down_weight.layout is torch.strided
         and down_weight.dim() == 2
         and down_weight.shape[1] == gate_weight.shape[0]
         and down_weight.dtype == x.dtype

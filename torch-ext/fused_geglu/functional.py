@@ -52,8 +52,15 @@ def _needs_registered_op(*tensors: Optional[torch.Tensor]) -> bool:
 
 
 def needs_gradient(*tensors: Optional[torch.Tensor]) -> bool:
-    """Whether autograd records a call on these tensors (None skipped): grad mode on and one of them requires it."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    """Whether autograd records a call on these tensors (None skipped): grad mode on, one of them requiring it,
+    and outside inference mode, where ``enable_grad`` turns grad mode on and autograd still records nothing
+    (Dynamo cannot trace that flag; under torch.compile the registered ops' autograd decides).
+    """
+    return (
+        torch.is_grad_enabled()
+        and any(t is not None and t.requires_grad for t in tensors)
+        and (torch.compiler.is_compiling() or not torch.is_inference_mode_enabled())
+    )
 
 
 def _autocast_dtype(x) -> Optional[torch.dtype]:

@@ -257,9 +257,11 @@ def geglu_linear_impl(
         except KernelUnavailable as error:
             _warn_of_fallback(error)
     gate = F.linear(x, gate_weight, gate_bias)
-    # The GeGLU written over gate where it has x's dtype (not so under autocast): each element is read
-    # before it is written, by the same thread, and one [tokens, intermediate] allocation is saved.
-    out = gate if gate.dtype == x.dtype else torch.empty_like(gate, dtype=x.dtype)
+    # The GeGLU written over gate where it has x's dtype (not so under autocast) and is contiguous (as GEMMs
+    # write it; a strided one would be written through a copy, and lost): each element is read before it is
+    # written, by the same thread, and one [tokens, intermediate] allocation is saved.
+    in_place = gate.dtype == x.dtype and gate.is_contiguous()
+    out = gate if in_place else torch.empty_like(gate, dtype=x.dtype, memory_format=torch.contiguous_format)
     _forward_into(gate, F.linear(x, up_weight, up_bias), out, approximate)
     return out
 
