@@ -131,11 +131,16 @@ def test_geglu_mlp_runs_other_activations_unfused(kernel, make_act):
 
 
 @pytest.mark.parametrize("act_fn", [torch.nn.functional.gelu, torch.relu], ids=["F.gelu", "torch.relu"])
-def test_an_act_fn_that_is_a_function_runs_the_module_forward(kernel, act_fn):
-    """Set on the instance, a function is not in _modules: the config's tanh GELU was fused in its place (wrong by
-    1e-4 for F.gelu's exact form, by 8e-2 for relu)."""
-    module = GeGLUMLPModule(config=types.SimpleNamespace(hidden_activation="gelu_pytorch_tanh"))
-    module.act_fn = act_fn
+@pytest.mark.parametrize("set_on", ["instance", "class"])
+def test_an_act_fn_that_is_a_function_runs_the_module_forward(kernel, act_fn, set_on):
+    """Set on the instance or its class, a function is not in _modules: the config's tanh GELU was fused in its
+    place (wrong by 1e-4 for F.gelu's exact form, by 8e-2 for relu)."""
+    config = types.SimpleNamespace(hidden_activation="gelu_pytorch_tanh")
+    if set_on == "instance":
+        module = GeGLUMLPModule(config=config)
+        module.act_fn = act_fn
+    else:
+        module = type("MLPWithActFnFunction", (GeGLUMLPModule,), {"act_fn": staticmethod(act_fn)})(config=config)
     x = randn(3, 16)
     reference = module(x)
     assert kernel.layers.gelu_approximation(module) is None

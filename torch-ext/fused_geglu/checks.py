@@ -144,23 +144,26 @@ def _projections_are_well_formed(x, gate_weight, up_weight, approximate: str) ->
     """
     if not (isinstance(x, torch.Tensor) and isinstance(gate_weight, torch.Tensor) and isinstance(up_weight, torch.Tensor)):
         return False
-    dtype, device, weight_shape, strided = x.dtype, x.device, gate_weight.shape, torch.strided
-    return (
-        dtype in SUPPORTED_DTYPES
-        and x.layout is strided  # not sparse, MKL-DNN or a jagged nested tensor (_check_tensor names them)
-        and not x.is_nested
-        and gate_weight.layout is strided
-        and up_weight.layout is strided
-        and approximate in APPROXIMATIONS
-        and x.dim() > 0
-        and len(weight_shape) == 2
-        and x.shape[-1] == weight_shape[1]
-        and up_weight.shape == weight_shape
-        and gate_weight.dtype == dtype
-        and up_weight.dtype == dtype
-        and gate_weight.device == device
-        and up_weight.device == device
-    )
+    dtype, device, strided = x.dtype, x.device, torch.strided
+    try:
+        weight_shape = gate_weight.shape
+        return (
+            dtype in SUPPORTED_DTYPES
+            and x.layout is strided  # not sparse, MKL-DNN or a jagged nested tensor (_check_tensor names them)
+            and gate_weight.layout is strided
+            and up_weight.layout is strided
+            and approximate in APPROXIMATIONS
+            and x.dim() > 0
+            and len(weight_shape) == 2
+            and x.shape[-1] == weight_shape[1]
+            and up_weight.shape == weight_shape
+            and gate_weight.dtype == dtype
+            and up_weight.dtype == dtype
+            and gate_weight.device == device
+            and up_weight.device == device
+        )
+    except RuntimeError:  # a nested tensor of the strided layout has no .shape (cheaper than three is_nested tests)
+        return False
 
 
 def check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate: str) -> None:
@@ -190,15 +193,18 @@ def check_mlp(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_b
     Every tensor has x's dtype and device.
     """
     check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate)
-    well_formed = (  # the common call, in one expression (see _projections_are_well_formed)
-        down_bias is None
-        and isinstance(down_weight, torch.Tensor)
-        and down_weight.layout is torch.strided
-        and down_weight.dim() == 2
-        and down_weight.shape[1] == gate_weight.shape[0]
-        and down_weight.dtype == x.dtype
-        and down_weight.device == x.device
-    )
+    try:
+        well_formed = (  # the common call, in one expression (see _projections_are_well_formed)
+            down_bias is None
+            and isinstance(down_weight, torch.Tensor)
+            and down_weight.layout is torch.strided
+            and down_weight.dim() == 2
+            and down_weight.shape[1] == gate_weight.shape[0]
+            and down_weight.dtype == x.dtype
+            and down_weight.device == x.device
+        )
+    except RuntimeError:  # a nested tensor of the strided layout has no .shape
+        well_formed = False
     if well_formed:
         return
     _check_tensor("down_weight", down_weight)

@@ -60,7 +60,7 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
     """The GELU form ("tanh" or "none") in which the fused layer computes this MLP now, or None: its own forward.
 
     None where the activation is not a GELU (``activation_gelu_form``) or is a
-    function set on the instance rather than a module (its form unknown here),
+    function set on the instance or its class rather than a module (its form unknown here),
     and where the module's forward does more than the GeGLU at this moment: an
     ``act_fn`` with hooks (which the fused kernels would not call; warned of
     once per class, since DeepSpeed ZeRO-3 hooks every module and so unfuses
@@ -76,8 +76,8 @@ def gelu_approximation(module: nn.Module) -> Optional[str]:
     state = module.__dict__
     submodules = state["_modules"]
     act_fn = submodules.get("act_fn")
-    if act_fn is None and "act_fn" in state:  # a function set on the instance, not a module: its own forward
-        return None
+    if act_fn is None and ("act_fn" in state or hasattr(type(module), "act_fn")):
+        return None  # a function, set on the instance or the class, not a module: its own forward
     if act_fn is not None and _is_hooked(act_fn):
         _warn_that_hooks_unfuse(type(module).__name__)
         return None
