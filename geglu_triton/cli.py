@@ -22,6 +22,7 @@ import argparse
 import errno
 import importlib
 import os
+import select
 import sys
 import traceback
 
@@ -77,6 +78,17 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
+def _output_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports an error on its write end), rather than
+    some other pipe or socket the command wrote to."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a captured stdout), or no poll here
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = VERBOSE_FLAG in argv
@@ -108,10 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         _report(prog, str(err), verbose=verbose)
         return err.exit_code
-    except BrokenPipeError:  # what reads the output went away (`| head`): stop quietly, as a killed pipe stage does
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # or flushing at exit fails again
-        return EXIT_BROKEN_PIPE
     except Exception as err:
+        if isinstance(err, BrokenPipeError) and _output_reader_gone():
+            # What reads the output went away (`| head`): stop quietly, as a killed pipe stage does.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # or flushing at exit fails again
+            return EXIT_BROKEN_PIPE
         user_error = _translated(err, args)
         if user_error is not None:
             _report(prog, str(user_error), verbose=verbose)

@@ -112,6 +112,14 @@ def run(args: argparse.Namespace) -> int:
             return _publish_load_and_compare(args, args.build, hub.endpoint, token)
 
 
+def _require_swapped_mlps(swap, model_class: str) -> None:
+    """The demo compares a kernelized model with its original: refuse, by its cause, a kernelize that swapped nothing."""
+    if not swap.classes:  # the model's MLP class was not recognised as a GeGLU MLP (a transformers change)
+        raise UserError(f"no GeGLU MLP class found in the {model_class} this transformers builds: nothing to kernelize")
+    if not swap.swapped_modules:  # kernelize_geglu_mlps raises where it found MLPs, unless mapping is disabled
+        raise UserError("kernelize swapped no module: DISABLE_KERNEL_MAPPING is set; unset it to run the demo")
+
+
 def _publish_load_and_compare(args, build_dir: Path, endpoint: str, token: str) -> int:
     import torch
     from huggingface_hub import HfApi
@@ -147,8 +155,7 @@ def _publish_load_and_compare(args, build_dir: Path, endpoint: str, token: str) 
     print(f"  classes given the GeGLUMLP layer name: {', '.join(swap.classes) or 'none'}")
     for name in swap.swapped_modules:
         print(f"  swapped: {name}")
-    if not swap.swapped_modules:  # kernelize_geglu_mlps raises where it found MLPs, unless mapping is disabled
-        raise UserError("kernelize swapped no module: DISABLE_KERNEL_MAPPING is set; unset it to run the demo")
+    _require_swapped_mlps(swap, type(original).__name__)
 
     _step(7, "comparing logits")
     torch.manual_seed(1)

@@ -44,9 +44,9 @@ _BEARER_TOKEN = re.compile(r"(Bearer\s+)[^'\"\s]+")
 _TOKEN = re.compile(r"[!-~]+")
 # A Hub repository id: "<namespace>/<name>", each part as huggingface_hub's validator accepts it.
 _REPO_PART = re.compile(r"(?![-.])(?!.*(--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])")
-#: What is_valid_repo_part accepts, as the errors say it.
 #: huggingface_hub's timeouts, in seconds, from the environment.
 TIMEOUT_VARIABLES = ("HF_HUB_DOWNLOAD_TIMEOUT", "HF_HUB_ETAG_TIMEOUT")
+#: What is_valid_repo_part accepts, as the errors say it.
 REPO_PART_RULE = (
     "letters, digits, '-', '_', '.'; at most 96; no leading or trailing '-' or '.', no '--' or '..'; "
     "a repository name does not end in '.git'"

@@ -24,7 +24,9 @@ import pytest
 from huggingface_hub.errors import HfHubHTTPError, OIDCError
 
 from geglu_triton import REPO_ROOT
+from geglu_triton import check as check_module
 from geglu_triton import profile as profile_module
+from geglu_triton.benchmarking import environment
 from geglu_triton import publish as publish_module
 from geglu_triton.cli import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, main
 from geglu_triton.errors import (
@@ -385,14 +387,28 @@ def test_the_cli_and_the_local_hub_take_one_rule_for_names(part, is_name):
     assert is_valid_repo_part(part, is_name=is_name) == cli == served == hub
 
 
-@pytest.mark.parametrize("command", ["bench", "profile"])
+@pytest.mark.parametrize("command", [["bench"], ["bench", "--models"], ["profile"]], ids=" ".join)
 def test_results_inside_the_measured_build_are_refused(capsys, build_dir, command):
     """They were written into the variant, which then failed every digest check and load."""
     before = sorted(build_dir.rglob("*"))
-    code, line = run_cli(capsys, command, "--kernel-dir", str(build_dir), "--out", str(build_dir / "torch-cpu"))
+    code, line = run_cli(capsys, *command, "--kernel-dir", str(build_dir), "--out", str(build_dir / "torch-cpu"))
     assert code == 2 and line == (
-        f"geglu-triton {command}: error: --out {build_dir / 'torch-cpu'} is inside --kernel-dir {build_dir}: results "
-        "written there would become files of the build, which then fails its digest check; choose another --out"
+        f"geglu-triton {command[0]}: error: --out {build_dir / 'torch-cpu'} is inside --kernel-dir {build_dir}: "
+        "results written there would become files of the build, which then fails its digest check; choose another --out"
+    )
+    assert sorted(build_dir.rglob("*")) == before
+
+
+def test_the_default_results_directory_inside_the_measured_build_is_named(capsys, build_dir, monkeypatch):
+    """Run from inside the build without --out: the message quoted an --out the user never passed."""
+    monkeypatch.chdir(build_dir)
+    before = sorted(build_dir.rglob("*"))
+    code, line = run_cli(capsys, "bench", "--kernel-dir", ".")
+    out_dir = environment.default_results_dir(environment.benchmark_device())
+    assert code == 2 and line == (
+        f"geglu-triton bench: error: the default results directory {out_dir} (in the current directory) is inside "
+        "--kernel-dir .: results written there would become files of the build, which then fails its digest check; "
+        "choose another --out"
     )
     assert sorted(build_dir.rglob("*")) == before
 
@@ -447,6 +463,17 @@ def test_a_reader_that_goes_away_stops_the_command_quietly(tmp_path):
     process.stdout.close()
     assert process.wait(timeout=60) == EXIT_BROKEN_PIPE
     assert process.stderr.read() == b""
+
+
+def test_a_broken_pipe_that_is_not_the_output_is_reported(capsys, monkeypatch):
+    """Only a reader of stdout going away is a quiet stop: any other pipe's failure is named."""
+
+    def run(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(check_module, "run", run)
+    code, line = run_cli(capsys, "check", ".")
+    assert code == 1 and line.startswith("geglu-triton check: error: unexpected BrokenPipeError: [Errno 32] Broken pipe"), line
 
 
 def test_a_missing_kernel_dir_is_a_usage_error(capsys, tmp_path, monkeypatch):

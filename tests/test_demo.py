@@ -6,9 +6,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from geglu_triton import REPO_ROOT
+from geglu_triton.demo import _require_swapped_mlps
+from geglu_triton.errors import UserError
+from geglu_triton.models import KernelizeReport
 
 
 def test_demo_end_to_end(tmp_path):
@@ -32,3 +36,17 @@ def test_demo_end_to_end(tmp_path):
     assert f"the kernel's MLPs will run {ran}" in result.stdout
     assert "OK: the kernelized model matches the original" in result.stdout
     assert not any(path.exists() for path in users_caches.values())
+
+
+@pytest.mark.parametrize(
+    "report, cause",
+    [
+        (KernelizeReport(classes=[], swapped_modules=[]), "no GeGLU MLP class found in the Gemma3ForCausalLM"),
+        (KernelizeReport(classes=["Gemma3MLP"], swapped_modules=[]), "DISABLE_KERNEL_MAPPING is set"),
+    ],
+    ids=["no GeGLU class", "mapping disabled"],
+)
+def test_a_kernelize_that_swapped_nothing_is_named_by_its_cause(report, cause):
+    with pytest.raises(UserError, match=cause):
+        _require_swapped_mlps(report, "Gemma3ForCausalLM")
+    _require_swapped_mlps(KernelizeReport(classes=["Gemma3MLP"], swapped_modules=["model.layers.0.mlp"]), "Gemma3ForCausalLM")

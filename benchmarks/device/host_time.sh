@@ -8,6 +8,10 @@
 # timed beside this one.
 source "$(dirname "$0")/setup.sh"
 baseline_dir=${1:-.baseline-build}
+if [ $# -gt 0 ] && [ ! -d "$baseline_dir" ]; then
+    echo "host_time.sh: the baseline build $baseline_dir is not a directory here (name it in the device tool's carry)" >&2
+    exit 1
+fi
 baseline=()
 [ -d "$baseline_dir" ] && baseline=(--baseline-kernel-dir "$baseline_dir")
 timeout 300 "$PY" benchmarks/host_time.py --kernel-dir "$build" "${baseline[@]}" --out "$OUT/host_time.json" 2>&1 \

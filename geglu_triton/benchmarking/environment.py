@@ -57,7 +57,8 @@ def default_results_dir(device: torch.device) -> Path:
 
 
 def output_directory(out: Path | None, kernel_dir: Path | None, device: torch.device) -> Path:
-    """Where a benchmark writes (``--out``, else ``default_results_dir``), made and checked before any work.
+    """Where a benchmark writes (``--out``, else ``default_results_dir``), made and checked once the kernel is loaded,
+    before any measurement.
 
     Never inside the build it measures (``--kernel-dir``): a results file in a
     variant is a file its digest does not record, and the build would fail
@@ -65,9 +66,10 @@ def output_directory(out: Path | None, kernel_dir: Path | None, device: torch.de
     """
     out_dir = out or default_results_dir(device)
     if kernel_dir is not None and out_dir.resolve().is_relative_to(Path(kernel_dir).resolve()):
+        named = f"--out {out_dir}" if out else f"the default results directory {out_dir} (in the current directory)"
         raise UsageError(
-            f"--out {out_dir} is inside --kernel-dir {kernel_dir}: results written there would become files of the "
-            "build, which then fails its digest check; choose another --out"
+            f"{named} is inside --kernel-dir {kernel_dir}: results written there would become files of the build, "
+            "which then fails its digest check; choose another --out"
         )
     make_directory(out_dir, "the output directory")
     return out_dir
@@ -168,7 +170,6 @@ class LoadedKernel:
 
 def load_kernel(kernel_dir: Path | None) -> LoadedKernel:
     """The built kernel from ``kernel_dir``, or built from this checkout into a temporary directory."""
-    from geglu_triton.buildinfo import read_config
     from geglu_triton.models import KernelLoadError, load_local_kernel
 
     temporary = kernel_dir is None
@@ -179,8 +180,9 @@ def load_kernel(kernel_dir: Path | None) -> LoadedKernel:
         atexit.register(shutil.rmtree, kernel_dir, ignore_errors=True)
         build_variants(kernel_dir)
     kernel_dir = Path(kernel_dir).resolve()
-    source = read_config(REPO_ROOT).package_dir.resolve()
-    if not temporary and kernel_dir.is_relative_to(source):
+    # The kernel's sources (kernel-builder's layout, torch-ext/<package>), told without reading build.toml, which
+    # a --kernel-dir build does not need.
+    if not temporary and kernel_dir.is_relative_to((REPO_ROOT / "torch-ext").resolve()):
         raise UsageError(
             f"--kernel-dir {kernel_dir} is the kernel's source, not a build: build one with "
             "`python -m geglu_triton build --out DIR` and pass that DIR"
