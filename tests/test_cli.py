@@ -26,8 +26,8 @@ from huggingface_hub.errors import HfHubHTTPError, OIDCError
 from geglu_triton import REPO_ROOT
 from geglu_triton import check as check_module
 from geglu_triton import profile as profile_module
-from geglu_triton.benchmarking import environment
 from geglu_triton import publish as publish_module
+from geglu_triton.benchmarking import environment
 from geglu_triton.cli import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, main
 from geglu_triton.errors import (
     UsageError,

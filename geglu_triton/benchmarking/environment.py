@@ -170,6 +170,7 @@ class LoadedKernel:
 
 def load_kernel(kernel_dir: Path | None) -> LoadedKernel:
     """The built kernel from ``kernel_dir``, or built from this checkout into a temporary directory."""
+    from geglu_triton.buildinfo import TORCH_EXT_DIR
     from geglu_triton.models import KernelLoadError, load_local_kernel
 
     temporary = kernel_dir is None
@@ -182,7 +183,7 @@ def load_kernel(kernel_dir: Path | None) -> LoadedKernel:
     kernel_dir = Path(kernel_dir).resolve()
     # The kernel's sources (kernel-builder's layout, torch-ext/<package>), told without reading build.toml, which
     # a --kernel-dir build does not need.
-    if not temporary and kernel_dir.is_relative_to((REPO_ROOT / "torch-ext").resolve()):
+    if not temporary and kernel_dir.is_relative_to((REPO_ROOT / TORCH_EXT_DIR).resolve()):
         raise UsageError(
             f"--kernel-dir {kernel_dir} is the kernel's source, not a build: build one with "
             "`python -m geglu_triton build --out DIR` and pass that DIR"
