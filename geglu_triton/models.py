@@ -411,20 +411,22 @@ def _mapped_mlps(model: nn.Module) -> dict[str, nn.Module]:
 def _kernelize_alone(kernelize, module: nn.Module, mode, device_type: str) -> None:
     """``kernelize(module)`` with only ``module``'s own forward changed.
 
-    kernelize walks every submodule, and under a mapping that names only this
-    layer it puts each other mapped layer back on its original forward: the
-    MLP's activation, say, which transformers' own Hub kernels replace. The
-    whole model is never given to it, and the forwards that the module's
-    submodules had (bound on the instance, or none) are put back after it.
+    kernelize walks every submodule of what it is given, and under a mapping
+    that names only this layer it would put each other mapped layer back on
+    its original forward (the MLP's activation, say, which transformers' own
+    Hub kernels replace) and log, for each, that no kernel is mapped for it:
+    one warning per MLP of a Gemma3 model, for a layer nobody asked to change.
+    So the whole model is never given to it, and while it runs the module's
+    submodules are out of its reach (``_modules``, which ``named_modules``
+    walks, emptied and put back).
     """
-    submodules = [sub for sub in module.modules() if sub is not module]
-    forwards = [sub.__dict__.get("forward") for sub in submodules]
-    kernelize(module, mode=mode, device=device_type)
-    for sub, forward in zip(submodules, forwards):
-        if forward is None:
-            sub.__dict__.pop("forward", None)
-        else:
-            sub.forward = forward
+    state = module.__dict__
+    submodules = state["_modules"]
+    state["_modules"] = {}
+    try:
+        kernelize(module, mode=mode, device=device_type)
+    finally:
+        state["_modules"] = submodules
 
 
 def _device_type_to_kernelize(model: nn.Module, device) -> str:

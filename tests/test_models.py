@@ -243,6 +243,16 @@ def test_other_layers_keep_the_kernels_they_run(published):
     assert all(activation.forward.__func__ is _same_function for activation in activations)
 
 
+def test_kernelizing_logs_nothing_about_layers_it_leaves_alone(published, caplog):
+    """kernelize, given an MLP, walked its activation too (GeluTanh, mapped by transformers) and logged once per
+    MLP that no kernel was mapped for it: a warning per layer of every Gemma3 model, in the demo too."""
+    model = tiny_model("gemma3", "gelu_pytorch_tanh").eval()
+    with caplog.at_level("INFO", logger="kernels"):
+        report = kernelize_geglu_mlps(model, repo_id=published, version=1)
+    assert report.swapped_modules == ["model.layers.0.mlp", "model.layers.1.mlp"]
+    assert [r.getMessage() for r in caplog.records if "GeluTanh" in r.getMessage()] == []
+
+
 def test_kernelizing_again_finds_the_same_classes(published):
     """After model.train() transformers' users kernelize again: the swapped modules are still GeGLU MLPs."""
     model = tiny_model("gemma3").eval()
