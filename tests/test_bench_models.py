@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 from geglu_triton import bench, bench_models
 from geglu_triton.benchmarking import model_grid, model_implementations, model_report
 from geglu_triton.benchmarking.implementations import COMPILE, EAGER, LIGER, OURS
+from geglu_triton.benchmarking.timing import round_order
 
 pytest.importorskip("transformers")
 
@@ -132,6 +134,19 @@ def test_runs_merge_into_one_table(results):
     again["plan"]["new_tokens"] += 1
     with pytest.raises(ValueError, match="new_tokens"):
         model_report.merged([results, again])
+
+
+def test_the_gpu_plan_gives_every_implementation_every_place_in_the_order():
+    """Rounds that are not a multiple of the implementations' count leave some of them never first (or last)
+    in a round, where a GPU's clocks and a host's caches differ most (timing.round_order)."""
+    implementations = len(model_implementations.MODEL_IMPLEMENTATIONS)
+    for rounds in (model_grid.GPU_PLAN.rounds, model_grid.GPU_PLAN.model_rounds):
+        places = Counter(
+            (name, place)
+            for index in range(rounds)
+            for place, name in enumerate(round_order(list(model_implementations.MODEL_IMPLEMENTATIONS), index))
+        )
+        assert len(places) == implementations**2 and len(set(places.values())) == 1, rounds
 
 
 def test_sizes_are_gemma3s_text_decoders():

@@ -86,7 +86,10 @@ class ModelPlan:
     #: Layers and vocabulary of the training models (see TRAINING_VOCAB_NOTE).
     training_layers: dict
     training_vocab: int
-    #: Rounds in which the implementations take turns, for the wall-time loops.
+    #: Rounds in which the implementations take turns, for the wall-time loops. On a GPU both counts
+    #: are multiples of the number of implementations, so that each runs in each place of the turning
+    #: order (``timing.round_order``) equally often: with 3 rounds of 4, torch.compile never ran first
+    #: and eager ran first once, in the round right after the checks.
     rounds: int
     #: Rounds for the whole model's figures (prefill, a decode step, a training step): one sample of
     #: each implementation per round, of its GPU time and of its wall time.
@@ -122,8 +125,8 @@ GPU_PLAN = ModelPlan(
     training_sequence=1024,
     training_layers={},
     training_vocab=32768,
-    rounds=3,
-    model_rounds=5,
+    rounds=4,
+    model_rounds=4,
     warmup_ms=5,
     rep_ms=25,
     time_budget_s=330,
