@@ -230,7 +230,10 @@ def main() -> None:
         "date": utc_now().isoformat(timespec="seconds"),
         "method": f"fastest of {ROUNDS} rounds of {CALLS} calls, host time behind a GPU spin, cases in turns",
         "launch_us": {},
+        # The built modules' names carry the torch-ext tree each build is of (and _dirty where uncommitted).
+        "kernel_module": kernel.__name__,
         "baseline_build": None if baseline is None else str(args.baseline_kernel_dir),
+        "baseline_module": None if baseline is None else baseline.__name__,
         "mlp_us": {},
         "mlp_kernels_per_call": {},
         "decode_stages_us": {},
