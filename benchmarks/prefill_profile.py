@@ -18,7 +18,7 @@ import time
 import torch
 
 from geglu_triton.benchmarking.environment import utc_now, versions
-from geglu_triton.benchmarking.model_probes import eager_and_ours, probe_parser
+from geglu_triton.benchmarking.model_probes import probe_model, probe_parser
 from geglu_triton.benchmarking.timing import synchronize
 
 FORWARDS = 3
@@ -30,7 +30,7 @@ def main() -> None:
     parser = probe_parser(__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=1024)
     args = parser.parse_args()
-    model, forwards, device = eager_and_ours(args)
+    model, forwards, device = probe_model(args)
     ids = torch.randint(model.config.vocab_size, (1, args.tokens), device=device)
 
     def prefill() -> None:

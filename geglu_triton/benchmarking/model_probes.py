@@ -3,7 +3,7 @@
 Their options (the kernel build, the output, the Gemma3 size, the device) and
 the model they probe: a Gemma3 text model of that size with all its layers
 and random weights, whose MLPs switch between eager's forward and ours
-(kernelized) as ``bench --models`` switches them.
+(kernelized), or other implementations, as ``bench --models`` switches them.
 """
 
 from __future__ import annotations
@@ -27,14 +27,17 @@ def probe_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def eager_and_ours(args: argparse.Namespace) -> tuple[torch.nn.Module, ModelForwards, torch.device]:
-    """The model of ``args.size`` on ``args.device``, its eager and kernelized MLP forwards, and the device."""
+def probe_model(
+    args: argparse.Namespace, names: tuple[str, ...] = (EAGER, OURS)
+) -> tuple[torch.nn.Module, ModelForwards, torch.device]:
+    """The model of ``args.size`` on ``args.device``, its MLP forwards of the implementations ``names`` (names of
+    ``model_implementations.BUILDERS``; eager's and ours unless given), and the device."""
     device = torch.device(args.device)
     size = model_grid.GEMMA3_SIZES[args.size]
     model = model_grid.build_model(size, size.layers, device)
     forwards = ModelForwards(
         model,
-        (EAGER, OURS),
+        names,
         kernel_dir=args.kernel_dir.resolve(),
         approximate=model_grid.APPROXIMATE,
         device=device,

@@ -315,7 +315,7 @@ def static_decode(model, prompt: torch.Tensor, new_tokens: int, device: torch.de
     return torch.cat(generated, dim=1), time.perf_counter() - start, cache
 
 
-def _generate(model, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
+def greedy_generate(model, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
     """HF ``generate``, greedy, exactly ``new_tokens`` new tokens (end-of-sequence suppressed).
 
     ``disable_compile``: generate compiles the whole forward on its own where
@@ -347,7 +347,7 @@ def decode_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Cal
             expected = None
             for name in forwards.available:  # the check: greedy tokens of a fixed prompt, both ways
                 forwards.use(name)
-                generated = _generate(model, checked_prompt, plan.new_tokens)
+                generated = greedy_generate(model, checked_prompt, plan.new_tokens)
                 looped = static_decode(model, checked_prompt, plan.new_tokens, device)[0]
                 results[name]["static_loop_matches_generate"] = bool(torch.equal(generated, looped))
                 if name == EAGER:
@@ -355,7 +355,7 @@ def decode_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Cal
                 elif expected is not None:
                     results[name]["tokens_vs_eager"] = _compare_tokens(generated, expected)
             generate_wall = _in_turns(
-                ctx, forwards, lambda: _generate(model, prompt, plan.new_tokens), refresh, ctx.timer.wall_s
+                ctx, forwards, lambda: greedy_generate(model, prompt, plan.new_tokens), refresh, ctx.timer.wall_s
             )
             def static_loop_s() -> float:  # static_decode times its own loop
                 return static_decode(model, prompt, plan.new_tokens, device)[1]
