@@ -13,12 +13,13 @@ probe times, on one model and in turns (each round starts one arm later):
     eager on instance   the same function, set on each MLP instance as kernelize sets ours
     ours                the kernelized forward (Triton: our GEMM and activation kernels)
     liger               Liger's forward (Triton: Liger's activation kernel, through Triton's dispatch)
+    compile             torch.compile of the MLP's function (Triton: Inductor's fused kernel), as the bench has it
 
 both HF ``generate`` and the static-cache loop of ``bench --models`` (32 new
 tokens), with the main thread's CPU time per token beside each (decode is
-host-bound: that is what a token costs). The Python threads alive are
-recorded too: a Triton launch releases the GIL, which another runnable
-thread may then hold for up to the switch interval.
+host-bound: that is what a token costs). The Python threads alive at the end
+are recorded too (torch.compile's worker pool among them): a Triton launch
+releases the GIL, which another runnable thread may then take.
 
     python benchmarks/decode_probe.py --kernel-dir build --out decode_probe.json
 """
@@ -35,7 +36,7 @@ import types
 import torch
 
 from geglu_triton.benchmarking.environment import utc_now, versions
-from geglu_triton.benchmarking.implementations import EAGER, LIGER, OURS
+from geglu_triton.benchmarking.implementations import COMPILE, EAGER, LIGER, OURS
 from geglu_triton.benchmarking.model_implementations import BUILDERS
 from geglu_triton.benchmarking.model_probes import probe_model, probe_parser
 from geglu_triton.benchmarking.model_workloads import greedy_generate, static_decode
@@ -45,7 +46,7 @@ ROUNDS = 8
 NEW_TOKENS = 32
 EAGER_ON_INSTANCE = "eager on instance"
 BUILDERS[EAGER_ON_INSTANCE] = lambda forwards: [types.MethodType(type(m).forward, m) for m in forwards.mlps]
-ARMS = (EAGER, EAGER_ON_INSTANCE, OURS, LIGER)
+ARMS = (EAGER, EAGER_ON_INSTANCE, OURS, LIGER, COMPILE)
 
 
 def main() -> None:
