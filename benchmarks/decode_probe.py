@@ -21,6 +21,18 @@ host-bound: that is what a token costs). The Python threads alive at the end
 are recorded too (torch.compile's worker pool among them): a Triton launch
 releases the GIL, which another runnable thread may then take.
 
+v37's run answered the first two questions: eager's forward set on the
+instance decodes as eager does, and the static loop, with as many Triton
+launches a step, puts ours ahead; in ``generate`` alone every Triton-launching
+MLP cost 8.6-10.7 ms more a token. ``generate`` waits for each step's result
+on the host (its stop check). So the probe then profiles one ``generate`` per
+arm and reports, per token, the time the host spent in that wait
+(``aten::_local_scalar_dense``), and for each kernel the time from its launch
+call on the host to its start on the GPU, apart for launches through CUDA's
+runtime API (PyTorch's) and its driver API (Triton's). Host work that grows
+shows as launches that start at once and a short wait; GPU work that starts
+late, as a long wait and a long launch-to-start time.
+
     python benchmarks/decode_probe.py --kernel-dir build --out decode_probe.json
 """
 
@@ -29,9 +41,11 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import types
+from pathlib import Path
 
 import torch
 
@@ -47,6 +61,50 @@ NEW_TOKENS = 32
 EAGER_ON_INSTANCE = "eager on instance"
 BUILDERS[EAGER_ON_INSTANCE] = lambda forwards: [types.MethodType(type(m).forward, m) for m in forwards.mlps]
 ARMS = (EAGER, EAGER_ON_INSTANCE, OURS, LIGER, COMPILE)
+#: The op in which the host waits for a step's result (``bool(tensor)`` in generate's stop check).
+HOST_WAIT_OP = "aten::_local_scalar_dense"
+#: Chrome-trace categories of launch calls, by the CUDA API they go through.
+LAUNCH_APIS = {"cuda_runtime": "runtime API (PyTorch)", "cuda_driver": "driver API (Triton)"}
+
+
+def _spread(values: list[float]) -> dict:
+    ordered = sorted(values)
+    if not ordered:
+        return {"count": 0}
+    return {"count": len(ordered), "median": statistics.median(ordered), "p90": ordered[int(0.9 * (len(ordered) - 1))]}
+
+
+def profiled_generate(run, device: torch.device) -> dict:
+    """One ``run()`` under torch.profiler: the host's wait for results per token, and launch-to-start times (us).
+
+    Launch calls and kernels are paired by the correlation id that the trace
+    gives both (CUPTI's). Without CUDA (the CPU smoke test) only the wait is there.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        run()
+        synchronize(device)
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text())["traceEvents"]
+    launches = {
+        e["args"]["correlation"]: e
+        for e in events
+        if e.get("cat") in LAUNCH_APIS and "correlation" in e.get("args", {})
+    }
+    latency: dict[str, list[float]] = {api: [] for api in LAUNCH_APIS.values()}
+    for kernel in (e for e in events if e.get("cat") == "kernel"):
+        launch = launches.get(kernel.get("args", {}).get("correlation"))
+        if launch is not None:
+            latency[LAUNCH_APIS[launch["cat"]]].append(kernel["ts"] - launch["ts"])
+    wait_us = sum(e.get("dur", 0) for e in events if e.get("cat") == "cpu_op" and e.get("name") == HOST_WAIT_OP)
+    return {
+        "host_wait_ms_per_token": wait_us / 1e3 / NEW_TOKENS,
+        "launch_to_start_us": {api: _spread(values) for api, values in latency.items()},
+    }
 
 
 def main() -> None:
@@ -76,6 +134,10 @@ def main() -> None:
                     wall = time.perf_counter() - wall_start
                     tokens_per_s[loop][arm].append(NEW_TOKENS / wall)
                     cpu_ms_per_token[loop][arm].append((time.thread_time() - cpu_start) / NEW_TOKENS * 1e3)
+        profiled = {}
+        for arm in arms:
+            forwards.use(arm)
+            profiled[arm] = profiled_generate(loops["generate"], device)
     medians = {
         loop: {
             arm: {
@@ -103,6 +165,7 @@ def main() -> None:
         "threads": [thread.name for thread in threading.enumerate()],
         "status": forwards.status,
         "median": medians,
+        "profiled_generate": profiled,
         "tokens_per_s": tokens_per_s,
         "thread_cpu_ms_per_token": cpu_ms_per_token,
     }
@@ -115,6 +178,14 @@ def main() -> None:
                 f"(x{m['tokens_per_s'] / medians[loop][EAGER]['tokens_per_s']:.3f} eager's)  thread CPU ms/token "
                 f"{m['thread_cpu_ms_per_token']:6.2f}  rounds {[round(v, 1) for v in tokens_per_s[loop][arm]]}"
             )
+    for arm, figures in profiled.items():
+        spreads = ", ".join(
+            f"{api} median {v['median']:.1f} p90 {v['p90']:.1f} us ({v['count']})"
+            for api, v in figures["launch_to_start_us"].items()
+            if v["count"]
+        )
+        print(f"profiled generate, {arm:18s} host wait {figures['host_wait_ms_per_token']:6.2f} ms/token; "
+              f"launch to start: {spreads or 'no CUDA trace'}")
     args.out.write_text(json.dumps(result, indent=1))
 
 
