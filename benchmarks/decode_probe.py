@@ -27,7 +27,8 @@ launches a step, puts ours ahead; in ``generate`` alone every Triton-launching
 MLP cost 8.6-10.7 ms more a token. ``generate`` waits for each step's result
 on the host (its stop check). So the probe then profiles one ``generate`` per
 arm and reports, per token, the time the host spent in that wait
-(``aten::_local_scalar_dense``), and for each kernel the time from its launch
+(``aten::_local_scalar_dense``) and the GPU time of the kernels (the most
+costly by name), and for each kernel the time from its launch
 call on the host to its start on the GPU, apart for launches through CUDA's
 runtime API (PyTorch's) and its driver API (Triton's). Host work that grows
 shows as launches that start at once and a short wait; GPU work that starts
@@ -101,9 +102,16 @@ def profiled_generate(run, device: torch.device) -> dict:
         if launch is not None:
             latency[LAUNCH_APIS[launch["cat"]]].append(kernel["ts"] - launch["ts"])
     wait_us = sum(e.get("dur", 0) for e in events if e.get("cat") == "cpu_op" and e.get("name") == HOST_WAIT_OP)
+    kernel_us: dict[str, float] = {}
+    for kernel in (e for e in events if e.get("cat") == "kernel"):
+        kernel_us[kernel["name"][:90]] = kernel_us.get(kernel["name"][:90], 0.0) + kernel.get("dur", 0)
     return {
         "host_wait_ms_per_token": wait_us / 1e3 / NEW_TOKENS,
         "launch_to_start_us": {api: _spread(values) for api, values in latency.items()},
+        "kernel_ms_per_token": sum(kernel_us.values()) / 1e3 / NEW_TOKENS,
+        "top_kernels_ms_per_token": {
+            name: us / 1e3 / NEW_TOKENS for name, us in sorted(kernel_us.items(), key=lambda kv: -kv[1])[:8]
+        },
     }
 
 
@@ -184,8 +192,8 @@ def main() -> None:
             for api, v in figures["launch_to_start_us"].items()
             if v["count"]
         )
-        print(f"profiled generate, {arm:18s} host wait {figures['host_wait_ms_per_token']:6.2f} ms/token; "
-              f"launch to start: {spreads or 'no CUDA trace'}")
+        print(f"profiled generate, {arm:18s} host wait {figures['host_wait_ms_per_token']:6.2f} ms/token, kernels "
+              f"{figures['kernel_ms_per_token']:6.2f} ms/token; launch to start: {spreads or 'no CUDA trace'}")
     args.out.write_text(json.dumps(result, indent=1))
 
 
