@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -96,6 +97,27 @@ def test_every_part_measured_for_every_implementation(results):
                 }[part]
                 assert all(result[key] > 0 for key in figures), (part, name, result)
     assert [cell["tokens"] for cell in record["mlp"]["cells"]] == list(results["plan"]["mlp_tokens"])
+
+
+def test_whole_model_figures_keep_each_rounds_sample(results):
+    """The whole-model parts report medians, and keep every round's figure beside them (the spread)."""
+    [record] = results["models"]
+    rounds = results["plan"]["model_rounds"]
+    samples = {
+        "prefill": {"device_ms": "device_ms_rounds", "wall_ms": "wall_ms_rounds"},
+        "training": {"device_ms": "device_ms_rounds", "wall_ms": "wall_ms_rounds"},
+        "decode": {"generate_wall_ms": "generate_wall_ms_rounds"},
+    }
+    for part, pairs in samples.items():
+        for name, result in record[part]["results"].items():
+            if result["status"] != "ok":
+                continue
+            for median_key, rounds_key in pairs.items():
+                assert len(result[rounds_key]) == rounds, (part, name, rounds_key)
+                assert statistics.median(result[rounds_key]) == pytest.approx(result[median_key]), (part, name)
+    loop = record["decode"]["results"][EAGER]
+    per_step = [ms / results["plan"]["new_tokens"] for ms in loop["static_loop_wall_ms_rounds"]]
+    assert statistics.median(per_step) == pytest.approx(loop["static_step_wall_ms"])
 
 
 def test_ours_and_compile_match_eager(results):

@@ -66,6 +66,11 @@ def _median_us(seconds: list[float], per: int = 1) -> float:
     return statistics.median(seconds) / per * 1e6
 
 
+def _rounds_ms(**seconds: list[float]) -> dict[str, list[float]]:
+    """Each round's figure in ms, as ``<name>_rounds`` (the medians reported beside them hide the spread)."""
+    return {f"{name}_rounds": [s * 1e3 for s in samples] for name, samples in seconds.items()}
+
+
 def _in_turns(
     ctx: ModelContext, forwards: ModelForwards, fn: Callable, prepare: Callable, measure, rounds: int = 0
 ) -> dict:
@@ -267,6 +272,7 @@ def prefill_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Ca
                     device_ms=device_ms,
                     wall_ms=statistics.median(wall[name]) * 1e3,
                     device_ms_per_layer=device_ms / layers,
+                    **_rounds_ms(device_ms=kernels[name], wall_ms=wall[name]),
                 )
         except Exception as err:
             _fail_all(results, forwards, err)
@@ -373,6 +379,7 @@ def decode_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Cal
                     static_step_wall_ms=loop_s / plan.new_tokens * 1e3,
                     static_step_device_ms=step_s[name] * 1e3,
                     static_step_device_ms_per_layer=step_s[name] * 1e3 / layers,
+                    **_rounds_ms(generate_wall_ms=generate_wall[name], static_loop_wall_ms=loop_wall[name]),
                 )
         except Exception as err:
             _fail_all(results, forwards, err)
@@ -487,7 +494,9 @@ def training_part(ctx: ModelContext, model, forwards: ModelForwards, progress: C
         wall = _in_turns(ctx, forwards, step, refresh, ctx.timer.wall_s, plan.model_rounds)
         for name in forwards.available:
             results[name].update(
-                device_ms=statistics.median(kernels[name]) * 1e3, wall_ms=statistics.median(wall[name]) * 1e3
+                device_ms=statistics.median(kernels[name]) * 1e3,
+                wall_ms=statistics.median(wall[name]) * 1e3,
+                **_rounds_ms(device_ms=kernels[name], wall_ms=wall[name]),
             )
     except Exception as err:
         _fail_all(results, forwards, err)
