@@ -39,6 +39,7 @@ late, as a long wait and a long launch-to-start time.
 
 from __future__ import annotations
 
+import collections
 import json
 import statistics
 import sys
@@ -97,14 +98,13 @@ def profiled_generate(run, device: torch.device) -> dict:
         if e.get("cat") in LAUNCH_APIS and "correlation" in e.get("args", {})
     }
     latency: dict[str, list[float]] = {api: [] for api in LAUNCH_APIS.values()}
+    kernel_us: dict[str, float] = collections.defaultdict(float)
     for kernel in (e for e in events if e.get("cat") == "kernel"):
+        kernel_us[kernel["name"][:90]] += kernel.get("dur", 0)
         launch = launches.get(kernel.get("args", {}).get("correlation"))
         if launch is not None:
             latency[LAUNCH_APIS[launch["cat"]]].append(kernel["ts"] - launch["ts"])
     wait_us = sum(e.get("dur", 0) for e in events if e.get("cat") == "cpu_op" and e.get("name") == HOST_WAIT_OP)
-    kernel_us: dict[str, float] = {}
-    for kernel in (e for e in events if e.get("cat") == "kernel"):
-        kernel_us[kernel["name"][:90]] = kernel_us.get(kernel["name"][:90], 0.0) + kernel.get("dur", 0)
     return {
         "host_wait_ms_per_token": wait_us / 1e3 / NEW_TOKENS,
         "launch_to_start_us": {api: _spread(values) for api, values in latency.items()},

@@ -33,7 +33,8 @@ import torch
 from geglu_triton.benchmarking import model_grid
 from geglu_triton.benchmarking.environment import device_name, utc_now, versions
 from geglu_triton.benchmarking.model_implementations import MODEL_IMPLEMENTATIONS, ModelForwards
-from geglu_triton.benchmarking.timing import Timer, capture_graph, gpu_work, round_order
+from geglu_triton.benchmarking.model_workloads import in_turns
+from geglu_triton.benchmarking.timing import Timer, capture_graph, gpu_work
 
 SIZE, LAYERS, TOKENS = "27b", 10, 4096
 
@@ -81,12 +82,7 @@ def main() -> None:
         # Twice the bench's rounds: eight graphs take each place of the order once in eight rounds.
         timings = timer.timings_interleaved(replays, rounds=2 * plan.rounds)
         kernels = {key: _kernels(graph.replay) for key, graph in graphs.items()}
-        wall: dict[str, list[float]] = {name: [] for name in names}
-        for round_index in range(2 * plan.rounds):
-            for name in round_order(list(names), round_index):
-                forwards.use(name)
-                refresh()
-                wall[name].append(timer.wall_s(every_layer))
+        wall = in_turns(forwards, every_layer, refresh, timer.wall_s, 2 * plan.rounds)
     results = {
         key: {
             "captured_at": captured_at[key],

@@ -71,17 +71,13 @@ def _rounds_ms(**seconds: list[float]) -> dict[str, list[float]]:
     return {f"{name}_rounds": [s * 1e3 for s in samples] for name, samples in seconds.items()}
 
 
-def _in_turns(
-    ctx: ModelContext, forwards: ModelForwards, fn: Callable, prepare: Callable, measure, rounds: int = 0
-) -> dict:
-    """``measure(fn)`` (host, wall or kernel seconds) for each implementation, in rounds taken in turns
-    (``round_order``: each round starts one implementation later).
-
-    ``rounds``: ctx.plan.rounds unless given.
+def in_turns(forwards: ModelForwards, fn: Callable, prepare: Callable, measure, rounds: int) -> dict:
+    """``measure(fn)`` (host, wall or kernel seconds) for each implementation, in ``rounds`` rounds taken in turns
+    (``round_order``: each round starts one implementation later), ``prepare()`` before each.
     """
     samples: dict[str, list[float]] = {name: [] for name in forwards.available}
     with garbage_collector_paused():
-        for round_index in range(rounds or ctx.plan.rounds):
+        for round_index in range(rounds):
             for name in round_order(list(forwards.available), round_index):
                 forwards.use(name)
                 prepare()
@@ -180,8 +176,8 @@ def _mlp_cell(ctx: ModelContext, forwards: ModelForwards, hidden: int, tokens: i
             device_s.update(_device_timings(ctx, forwards, every_layer, refresh, tuple(spun)))
     else:
         device_s = _device_timings(ctx, forwards, every_layer, refresh)
-    host = _in_turns(ctx, forwards, every_layer, refresh, ctx.timer.host_s)
-    wall = _in_turns(ctx, forwards, every_layer, refresh, ctx.timer.wall_s)
+    host = in_turns(forwards, every_layer, refresh, ctx.timer.host_s, ctx.plan.rounds)
+    wall = in_turns(forwards, every_layer, refresh, ctx.timer.wall_s, ctx.plan.rounds)
     for name in forwards.available:
         results[name].update(
             device_us=device_s[name] / layers * 1e6,
@@ -263,8 +259,8 @@ def prefill_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Ca
                     }
             del logits, expected
             rounds = ctx.plan.model_rounds
-            kernels = _in_turns(ctx, forwards, forward, refresh, ctx.timer.kernel_s, rounds)
-            wall = _in_turns(ctx, forwards, forward, refresh, ctx.timer.wall_s, rounds)
+            kernels = in_turns(forwards, forward, refresh, ctx.timer.kernel_s, rounds)
+            wall = in_turns(forwards, forward, refresh, ctx.timer.wall_s, rounds)
             layers = len(forwards.mlps)
             for name in forwards.available:
                 device_ms = statistics.median(kernels[name]) * 1e3
@@ -360,13 +356,13 @@ def decode_part(ctx: ModelContext, model, forwards: ModelForwards, progress: Cal
                     expected = generated
                 elif expected is not None:
                     results[name]["tokens_vs_eager"] = _compare_tokens(generated, expected)
-            generate_wall = _in_turns(
-                ctx, forwards, lambda: greedy_generate(model, prompt, plan.new_tokens), refresh, ctx.timer.wall_s
+            generate_wall = in_turns(
+                forwards, lambda: greedy_generate(model, prompt, plan.new_tokens), refresh, ctx.timer.wall_s, plan.rounds
             )
             def static_loop_s() -> float:  # static_decode times its own loop
                 return static_decode(model, prompt, plan.new_tokens, device)[1]
 
-            loop_wall = _in_turns(ctx, forwards, static_loop_s, refresh, lambda fn: fn())
+            loop_wall = in_turns(forwards, static_loop_s, refresh, lambda fn: fn(), plan.rounds)
             step_s = _decode_step_device_s(ctx, model, forwards, prompt)
             layers = len(forwards.mlps)
             for name in forwards.available:
@@ -418,7 +414,7 @@ def _decode_step_device_s(ctx: ModelContext, model, forwards: ModelForwards, pro
     def step() -> None:
         model(input_ids=token, past_key_values=cache, cache_position=position)
 
-    kernels = _in_turns(ctx, forwards, step, cache.reset, ctx.timer.kernel_s, ctx.plan.model_rounds)
+    kernels = in_turns(forwards, step, cache.reset, ctx.timer.kernel_s, ctx.plan.model_rounds)
     return {name: statistics.median(samples) for name, samples in kernels.items()}
 
 
@@ -490,8 +486,8 @@ def training_part(ctx: ModelContext, model, forwards: ModelForwards, progress: C
                 torch.cuda.empty_cache()
             results[name]["peak_bytes_above_weights"] = peak_memory_of_call(device, step)[1]
         model.zero_grad(set_to_none=True)
-        kernels = _in_turns(ctx, forwards, step, refresh, ctx.timer.kernel_s, plan.model_rounds)
-        wall = _in_turns(ctx, forwards, step, refresh, ctx.timer.wall_s, plan.model_rounds)
+        kernels = in_turns(forwards, step, refresh, ctx.timer.kernel_s, plan.model_rounds)
+        wall = in_turns(forwards, step, refresh, ctx.timer.wall_s, plan.model_rounds)
         for name in forwards.available:
             results[name].update(
                 device_ms=statistics.median(kernels[name]) * 1e3,
