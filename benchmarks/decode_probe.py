@@ -1,40 +1,37 @@
-"""Whole-model decode: is eager's lead in tokens/s the MLP's forward, the way it is installed, or Triton's launches?
+"""Whole-model decode: what does a kernelized MLP cost the host in HF ``generate``, inside the MLP and around it?
 
 Over the committed ``bench --models`` runs (v11-v37, 24 size runs) eager's
 MLP led HF ``generate``'s tokens/s over ours in 19, over Liger's in 19 and
 over torch.compile's in 20, although ours costs less host time per MLP call
-and a decode step's kernels less GPU time. Decode at batch 1 is bound by the
-host. Eager is the one implementation that (a) runs the class's own forward,
-with no ``forward`` set on the instance (kernelize sets one, and so does the
-bench for Liger and torch.compile), and (b) launches no Triton kernel. The
-probe times, on one model and in turns (each round starts one arm later):
+in a loop of MLP calls (``host_time.py``) and a decode step's kernels less GPU
+time. Decode at batch 1 is bound by the host. The probe times these arms on
+one model, in turns (each round starts one arm later):
 
-    eager               the class's forward
-    eager on instance   the same function, set on each MLP instance as kernelize sets ours
-    ours                the kernelized forward (Triton: our GEMM and activation kernels)
-    liger               Liger's forward (Triton: Liger's activation kernel, through Triton's dispatch)
-    compile             torch.compile of the MLP's function (Triton: Inductor's fused kernel), as the bench has it
+    eager                  the class's forward
+    eager on instance      the same function, set on each MLP instance as kernelize sets ours
+    ours                   the kernelized forward (our fused GEMM and the down projection's, on Triton)
+    eager + ATen launch    eager's forward set on the instance, then one ATen kernel (a one-element zero_)
+    eager + Triton launch  the same, then one one-store Triton kernel through the kernel package's launcher
+    liger                  Liger's forward (Liger's activation kernel, through Triton's dispatch)
+    compile                torch.compile of the MLP's function (Inductor's fused kernel)
 
-both HF ``generate`` and the static-cache loop of ``bench --models`` (32 new
-tokens), with the main thread's CPU time per token beside each (decode is
-host-bound: that is what a token costs). The Python threads alive at the end
-are recorded too (torch.compile's worker pool among them): a Triton launch
-releases the GIL, which another runnable thread may then take.
+in three stages (``--stages``, all by default):
 
-v37's run answered the first two questions: eager's forward set on the
-instance decodes as eager does, and the static loop, with as many Triton
-launches a step, puts ours ahead; in ``generate`` alone every Triton-launching
-MLP cost 8.6-10.7 ms more a token. ``generate`` waits for each step's result
-on the host (its stop check). So the probe then profiles one ``generate`` per
-arm and reports, per token, the time the host spent in that wait
-(``aten::_local_scalar_dense``) and the GPU time of the kernels (the most
-costly by name), and for each kernel the time from its launch
-call on the host to its start on the GPU, apart for launches through CUDA's
-runtime API (PyTorch's) and its driver API (Triton's). Host work that grows
-shows as launches that start at once and a short wait; GPU work that starts
-late, as a long wait and a long launch-to-start time.
+    rounds   tokens/s of generate and of the static-cache loop of ``bench --models`` (32 new tokens), with
+             the main thread's CPU time per token, and each arm's ratio to eager's within the round
+    split    generate with every MLP call timed on the host (a forward pre-hook and hook, the same for
+             every arm): a token's host time inside the MLPs and outside them, ratios within the round
+    profile  one generate per arm under torch.profiler (the host's wait for each step's result, the
+             kernels' GPU time, each kernel's start on the GPU against its launch call) and cProfile
 
-    python benchmarks/decode_probe.py --kernel-dir build --out decode_probe.json
+v38 (PERFORMANCE.md): the host never waits for the GPU in generate (0.05 ms a
+token), every kernel starts 8-10 us after its launch call whichever CUDA API
+launched it, and the host's speed moves by up to 30% between rounds. Inside
+generate ours' MLP call costs the host 1.06x eager's, and the rest of the
+model 1.045x its time with eager's MLP: the two ``+ launch`` arms tell
+whether one Triton launch per layer does that to the rest of the step.
+
+    python benchmarks/decode_probe.py --kernel-dir build --out decode_probe.json [--stages split]
 """
 
 from __future__ import annotations
@@ -50,8 +47,10 @@ import types
 from pathlib import Path
 
 import torch
+import triton
+import triton.language as tl
 
-from geglu_triton.benchmarking.environment import utc_now, versions
+from geglu_triton.benchmarking.environment import device_name, utc_now, versions
 from geglu_triton.benchmarking.implementations import COMPILE, EAGER, LIGER, OURS
 from geglu_triton.benchmarking.model_implementations import BUILDERS
 from geglu_triton.benchmarking.model_probes import probe_model, probe_parser
@@ -59,14 +58,54 @@ from geglu_triton.benchmarking.model_workloads import greedy_generate, static_de
 from geglu_triton.benchmarking.timing import garbage_collector_paused, round_order, synchronize
 
 ROUNDS = 8
+SPLIT_ROUNDS = 10
 NEW_TOKENS = 32
 EAGER_ON_INSTANCE = "eager on instance"
+EAGER_AND_ATEN_LAUNCH = "eager + ATen launch"
+EAGER_AND_TRITON_LAUNCH = "eager + Triton launch"
+
+
+@triton.jit
+def _store_zero_kernel(out_ptr):
+    """The least a Triton kernel can do: one store. Its launch is what the probe adds to eager's MLP."""
+    tl.store(out_ptr, 0.0)
+
+
+def _eager_and_launch(forwards, launch) -> list:
+    """Eager's forward set on each instance, then ``launch(scratch)``: one more kernel per MLP call."""
+    scratch = torch.empty(1, device=forwards.device)
+
+    def bound(module) -> types.FunctionType:
+        forward = type(module).forward
+
+        def eager_and_launch(x):
+            out = forward(module, x)
+            launch(scratch)
+            return out
+
+        return eager_and_launch
+
+    return [bound(module) for module in forwards.mlps]
+
+
+def _triton_launch(forwards):
+    """A launch of ``_store_zero_kernel`` through the kernel package's own launcher (the direct path ours takes
+    on CUDA), taken from the package that kernelize loaded for ours (``OURS`` is built first)."""
+    layers = sys.modules[forwards.forwards[OURS][0].__func__.__module__]  # GeGLUMLP.forward, bound by kernelize
+    launcher_module = sys.modules[layers.__package__ + ".triton_launcher"]
+    launcher = launcher_module.Launcher(_store_zero_kernel)
+    options = launcher_module.LaunchOptions(constexprs=(), num_warps=1)
+    return lambda scratch: launcher((1,), (scratch,), (), options)
+
+
 BUILDERS[EAGER_ON_INSTANCE] = lambda forwards: [types.MethodType(type(m).forward, m) for m in forwards.mlps]
-ARMS = (EAGER, EAGER_ON_INSTANCE, OURS, LIGER, COMPILE)
+BUILDERS[EAGER_AND_ATEN_LAUNCH] = lambda forwards: _eager_and_launch(forwards, torch.Tensor.zero_)
+BUILDERS[EAGER_AND_TRITON_LAUNCH] = lambda forwards: _eager_and_launch(forwards, _triton_launch(forwards))
+ARMS = (EAGER, EAGER_ON_INSTANCE, OURS, EAGER_AND_ATEN_LAUNCH, EAGER_AND_TRITON_LAUNCH, LIGER, COMPILE)
 #: The op in which the host waits for a step's result (``bool(tensor)`` in generate's stop check).
 HOST_WAIT_OP = "aten::_local_scalar_dense"
 #: Chrome-trace categories of launch calls, by the CUDA API they go through.
-LAUNCH_APIS = {"cuda_runtime": "runtime API (PyTorch)", "cuda_driver": "driver API (Triton)"}
+LAUNCH_APIS = {"cuda_runtime": "runtime API (PyTorch)", "cuda_driver": "driver API (Triton, cuBLAS)"}
 
 
 def _spread(values: list[float]) -> dict:
@@ -98,6 +137,9 @@ def profiled_generate(run, device: torch.device) -> dict:
         if e.get("cat") in LAUNCH_APIS and "correlation" in e.get("args", {})
     }
     latency: dict[str, list[float]] = {api: [] for api in LAUNCH_APIS.values()}
+    call_us: dict[str, list[float]] = {api: [] for api in LAUNCH_APIS.values()}
+    for launch in launches.values():
+        call_us[LAUNCH_APIS[launch["cat"]]].append(launch.get("dur", 0))
     kernel_us: dict[str, float] = collections.defaultdict(float)
     for kernel in (e for e in events if e.get("cat") == "kernel"):
         kernel_us[kernel["name"][:90]] += kernel.get("dur", 0)
@@ -108,6 +150,8 @@ def profiled_generate(run, device: torch.device) -> dict:
     return {
         "host_wait_ms_per_token": wait_us / 1e3 / NEW_TOKENS,
         "launch_to_start_us": {api: _spread(values) for api, values in latency.items()},
+        "launch_call_us": {api: _spread(values) for api, values in call_us.items()},
+        "launch_call_ms_per_token": {api: sum(values) / 1e3 / NEW_TOKENS for api, values in call_us.items()},
         "kernel_ms_per_token": sum(kernel_us.values()) / 1e3 / NEW_TOKENS,
         "top_kernels_ms_per_token": {
             name: us / 1e3 / NEW_TOKENS for name, us in sorted(kernel_us.items(), key=lambda kv: -kv[1])[:8]
@@ -115,85 +159,212 @@ def profiled_generate(run, device: torch.device) -> dict:
     }
 
 
-def main() -> None:
-    args = probe_parser(__doc__.splitlines()[0]).parse_args()
-    model, forwards, device = probe_model(args, ARMS)
-    prompt = torch.randint(model.config.vocab_size, (1, 32), device=device)
-    loops = {
-        "generate": lambda: greedy_generate(model, prompt, NEW_TOKENS),
-        "static loop": lambda: static_decode(model, prompt, NEW_TOKENS, device),
+def python_profiled_generate(run) -> dict:
+    """One ``run()`` under cProfile: the functions with the most own time, in ms per token.
+
+    The torch profiler sees ops and launches; this sees the Python around
+    them (generate's own code, the layers' forwards, Triton's dispatch).
+    """
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(run)
+    stats = pstats.Stats(profiler).stats
+    own = {f"{Path(file).name}:{line}({name})": figures[2] for (file, line, name), figures in stats.items()}
+    return {
+        "total_ms_per_token": sum(own.values()) * 1e3 / NEW_TOKENS,
+        "top_own_ms_per_token": {
+            name: seconds * 1e3 / NEW_TOKENS for name, seconds in sorted(own.items(), key=lambda kv: -kv[1])[:15]
+        },
     }
+
+
+def mlp_host_split(forwards, run, device: torch.device) -> dict:
+    """``run()`` (generate) in turns with every MLP's calls timed on the host: what a token costs in the MLPs, and
+    in everything else.
+
+    A forward pre-hook and hook on each MLP module (the same two for every
+    arm, outside whichever forward is installed) add up the wall time of the
+    MLP calls; the host never waits for the GPU inside one. The rest of a
+    token is the main thread's CPU time less that. Ratios to eager are taken
+    within a round, so that the host's drift between rounds cancels.
+    """
+    starts: list[int] = []
+    inside = [0, 0]  # ns inside MLP calls, calls
+
+    def before(module, args) -> None:
+        starts.append(time.perf_counter_ns())
+
+    def after(module, args, output) -> None:
+        inside[0] += time.perf_counter_ns() - starts.pop()
+        inside[1] += 1
+
+    handles = [m.register_forward_pre_hook(before) for m in forwards.mlps]
+    handles += [m.register_forward_hook(after) for m in forwards.mlps]
+    arms = forwards.available
+    samples = {arm: {"total": [], "mlp": [], "rest": [], "mlp_call_us": []} for arm in arms}
+    try:
+        for round_index in range(SPLIT_ROUNDS):
+            for arm in round_order(list(arms), round_index):
+                forwards.use(arm)
+                synchronize(device)
+                inside[:] = [0, 0]
+                cpu_start = time.thread_time()
+                run()
+                synchronize(device)
+                total_ms = (time.thread_time() - cpu_start) * 1e3
+                mlp_ms = inside[0] / 1e6
+                figures = samples[arm]
+                figures["total"].append(total_ms / NEW_TOKENS)
+                figures["mlp"].append(mlp_ms / NEW_TOKENS)
+                figures["rest"].append((total_ms - mlp_ms) / NEW_TOKENS)
+                figures["mlp_call_us"].append(inside[0] / 1e3 / max(inside[1], 1))
+    finally:
+        for handle in handles:
+            handle.remove()
+    split = {
+        arm: {
+            **{f"{part}_median": statistics.median(values) for part, values in figures.items()},
+            **{
+                f"{part}_ratio_to_eager": statistics.median(
+                    value / eager for value, eager in zip(figures[part], samples[EAGER][part])
+                )
+                for part in ("total", "mlp", "rest")
+            },
+            "samples": figures,
+        }
+        for arm, figures in samples.items()
+    }
+    for arm, figures in split.items():
+        print(
+            f"generate host split, {arm:22s} ms/token: total {figures['total_median']:6.2f} "
+            f"(x{figures['total_ratio_to_eager']:.3f}), in MLPs {figures['mlp_median']:6.2f} "
+            f"(x{figures['mlp_ratio_to_eager']:.3f}, {figures['mlp_call_us_median']:.1f} us a call), rest "
+            f"{figures['rest_median']:6.2f} (x{figures['rest_ratio_to_eager']:.3f})"
+        )
+    return split
+
+
+def timed_rounds(forwards, loops: dict, device: torch.device) -> dict:
+    """Tokens/s and the main thread's CPU ms per token of each loop and arm, ``ROUNDS`` rounds in turns."""
     arms = forwards.available
     tokens_per_s = {loop: {arm: [] for arm in arms} for loop in loops}
     cpu_ms_per_token = {loop: {arm: [] for arm in arms} for loop in loops}
-    with torch.no_grad(), garbage_collector_paused():
-        for arm in arms:  # first calls (kernel compiles, Liger's autotuning) before any timing
-            forwards.use(arm)
-            for run in loops.values():
+    for round_index in range(ROUNDS):
+        for loop, run in loops.items():
+            for arm in round_order(list(arms), round_index):
+                forwards.use(arm)
+                synchronize(device)
+                cpu_start, wall_start = time.thread_time(), time.perf_counter()
                 run()
-        for round_index in range(ROUNDS):
-            for loop, run in loops.items():
-                for arm in round_order(list(arms), round_index):
-                    forwards.use(arm)
-                    synchronize(device)
-                    cpu_start, wall_start = time.thread_time(), time.perf_counter()
-                    run()
-                    synchronize(device)
-                    wall = time.perf_counter() - wall_start
-                    tokens_per_s[loop][arm].append(NEW_TOKENS / wall)
-                    cpu_ms_per_token[loop][arm].append((time.thread_time() - cpu_start) / NEW_TOKENS * 1e3)
-        profiled = {}
-        for arm in arms:
-            forwards.use(arm)
-            profiled[arm] = profiled_generate(loops["generate"], device)
+                synchronize(device)
+                wall = time.perf_counter() - wall_start
+                tokens_per_s[loop][arm].append(NEW_TOKENS / wall)
+                cpu_ms_per_token[loop][arm].append((time.thread_time() - cpu_start) / NEW_TOKENS * 1e3)
     medians = {
         loop: {
             arm: {
                 "tokens_per_s": statistics.median(tokens_per_s[loop][arm]),
                 "thread_cpu_ms_per_token": statistics.median(cpu_ms_per_token[loop][arm]),
+                # Within each round against eager's sample of the same round: the host's drift between rounds cancels.
+                "tokens_per_s_ratio_to_eager": statistics.median(
+                    value / eager for value, eager in zip(tokens_per_s[loop][arm], tokens_per_s[loop][EAGER])
+                ),
             }
             for arm in arms
         }
         for loop in loops
     }
-    result = {
-        "what": __doc__.splitlines()[0],
-        "size": args.size,
-        "new_tokens": NEW_TOKENS,
+    for loop in loops:
+        for arm in arms:
+            m = medians[loop][arm]
+            print(
+                f"{loop:12s} {arm:22s} tokens/s median {m['tokens_per_s']:6.1f} "
+                f"(x{m['tokens_per_s_ratio_to_eager']:.3f} eager's, paired)  thread CPU ms/token "
+                f"{m['thread_cpu_ms_per_token']:6.2f}  rounds {[round(v, 1) for v in tokens_per_s[loop][arm]]}"
+            )
+    return {
         "rounds": ROUNDS,
         "method": (
             "wall time of each loop to a synchronized result (generate: prefill of the 32-token prompt included; "
             "the static loop: prefill included here too), the arms in turns, each round one arm later; garbage "
             "collector paused; thread CPU time of the main thread over the same span"
         ),
-        "date": utc_now().isoformat(timespec="seconds"),
-        "versions": versions(),
-        "python": sys.version.split()[0],
-        "switch_interval_s": sys.getswitchinterval(),
-        "threads": [thread.name for thread in threading.enumerate()],
-        "status": forwards.status,
         "median": medians,
-        "profiled_generate": profiled,
         "tokens_per_s": tokens_per_s,
         "thread_cpu_ms_per_token": cpu_ms_per_token,
     }
-    print(f"threads alive: {result['threads']}")
-    for loop in loops:
-        for arm in arms:
-            m = medians[loop][arm]
-            print(
-                f"{loop:12s} {arm:18s} tokens/s median {m['tokens_per_s']:6.1f} "
-                f"(x{m['tokens_per_s'] / medians[loop][EAGER]['tokens_per_s']:.3f} eager's)  thread CPU ms/token "
-                f"{m['thread_cpu_ms_per_token']:6.2f}  rounds {[round(v, 1) for v in tokens_per_s[loop][arm]]}"
-            )
+
+
+def profiled_arms(forwards, run, device: torch.device) -> dict:
+    """One ``run()`` (generate) per arm under torch.profiler, and one under cProfile."""
+    profiled, python_profiled = {}, {}
+    for arm in forwards.available:
+        forwards.use(arm)
+        profiled[arm] = profiled_generate(run, device)
+        python_profiled[arm] = python_profiled_generate(run)
     for arm, figures in profiled.items():
         spreads = ", ".join(
             f"{api} median {v['median']:.1f} p90 {v['p90']:.1f} us ({v['count']})"
             for api, v in figures["launch_to_start_us"].items()
             if v["count"]
         )
-        print(f"profiled generate, {arm:18s} host wait {figures['host_wait_ms_per_token']:6.2f} ms/token, kernels "
-              f"{figures['kernel_ms_per_token']:6.2f} ms/token; launch to start: {spreads or 'no CUDA trace'}")
+        calls = ", ".join(
+            f"{api} {v['median']:.1f} us ({figures['launch_call_ms_per_token'][api]:.2f} ms/token)"
+            for api, v in figures["launch_call_us"].items()
+            if v["count"]
+        )
+        print(f"profiled generate, {arm:22s} host wait {figures['host_wait_ms_per_token']:6.2f} ms/token, kernels "
+              f"{figures['kernel_ms_per_token']:6.2f} ms/token; launch to start: {spreads or 'no CUDA trace'}; "
+              f"launch calls: {calls or 'no CUDA trace'}")
+    for arm, figures in python_profiled.items():
+        top = ", ".join(f"{name} {ms:.2f}" for name, ms in list(figures["top_own_ms_per_token"].items())[:8])
+        print(f"cProfile generate, {arm:22s} {figures['total_ms_per_token']:6.2f} ms/token; most own time: {top}")
+    return {"profiled_generate": profiled, "python_profiled_generate": python_profiled}
+
+
+STAGES = ("rounds", "split", "profile")
+
+
+def main() -> None:
+    parser = probe_parser(__doc__.splitlines()[0])
+    parser.add_argument(
+        "--stages", nargs="+", choices=STAGES, default=list(STAGES),
+        help="rounds: tokens/s of generate and the static loop; split: generate's host time in and outside the "
+        "MLPs; profile: one generate per arm under torch.profiler and cProfile",
+    )
+    args = parser.parse_args()
+    model, forwards, device = probe_model(args, ARMS)
+    prompt = torch.randint(model.config.vocab_size, (1, 32), device=device)
+    loops = {
+        "generate": lambda: greedy_generate(model, prompt, NEW_TOKENS),
+        "static loop": lambda: static_decode(model, prompt, NEW_TOKENS, device),
+    }
+    result = {
+        "what": __doc__.splitlines()[0],
+        "size": args.size,
+        "new_tokens": NEW_TOKENS,
+        "device": device_name(device),
+        "date": utc_now().isoformat(timespec="seconds"),
+        "versions": versions(),
+        "python": sys.version.split()[0],
+        "switch_interval_s": sys.getswitchinterval(),
+        "status": forwards.status,
+    }
+    with torch.no_grad(), garbage_collector_paused():
+        for arm in forwards.available:  # first calls (kernel compiles, Liger's autotuning) before any timing
+            forwards.use(arm)
+            for run in loops.values():
+                run()
+        if "rounds" in args.stages:
+            result.update(timed_rounds(forwards, loops, device))
+        if "split" in args.stages:
+            result["generate_host_split_ms_per_token"] = mlp_host_split(forwards, loops["generate"], device)
+        if "profile" in args.stages:
+            result.update(profiled_arms(forwards, loops["generate"], device))
+    result["threads"] = [thread.name for thread in threading.enumerate()]
+    print(f"threads alive: {result['threads']}")
     args.out.write_text(json.dumps(result, indent=1))
 
 
