@@ -54,7 +54,7 @@ from geglu_triton.benchmarking.environment import device_name, utc_now, versions
 from geglu_triton.benchmarking.implementations import COMPILE, EAGER, LIGER, OURS
 from geglu_triton.benchmarking.model_implementations import BUILDERS
 from geglu_triton.benchmarking.model_probes import probe_model, probe_parser
-from geglu_triton.benchmarking.model_workloads import greedy_generate, static_decode
+from geglu_triton.benchmarking.model_workloads import greedy_generate, in_turns, static_decode
 from geglu_triton.benchmarking.timing import garbage_collector_paused, round_order, synchronize
 
 ROUNDS = 8
@@ -200,29 +200,30 @@ def mlp_host_split(forwards, run, device: torch.device) -> dict:
         inside[0] += time.perf_counter_ns() - starts.pop()
         inside[1] += 1
 
+    def prepare() -> None:
+        synchronize(device)
+        inside[:] = [0, 0]
+
+    def measure(fn) -> dict:
+        cpu_start = time.thread_time()
+        fn()
+        synchronize(device)
+        total_ms, mlp_ms = (time.thread_time() - cpu_start) * 1e3, inside[0] / 1e6
+        return {
+            "total": total_ms / NEW_TOKENS,
+            "mlp": mlp_ms / NEW_TOKENS,
+            "rest": (total_ms - mlp_ms) / NEW_TOKENS,
+            "mlp_call_us": inside[0] / 1e3 / max(inside[1], 1),
+        }
+
     handles = [m.register_forward_pre_hook(before) for m in forwards.mlps]
     handles += [m.register_forward_hook(after) for m in forwards.mlps]
-    arms = forwards.available
-    samples = {arm: {"total": [], "mlp": [], "rest": [], "mlp_call_us": []} for arm in arms}
     try:
-        for round_index in range(SPLIT_ROUNDS):
-            for arm in round_order(list(arms), round_index):
-                forwards.use(arm)
-                synchronize(device)
-                inside[:] = [0, 0]
-                cpu_start = time.thread_time()
-                run()
-                synchronize(device)
-                total_ms = (time.thread_time() - cpu_start) * 1e3
-                mlp_ms = inside[0] / 1e6
-                figures = samples[arm]
-                figures["total"].append(total_ms / NEW_TOKENS)
-                figures["mlp"].append(mlp_ms / NEW_TOKENS)
-                figures["rest"].append((total_ms - mlp_ms) / NEW_TOKENS)
-                figures["mlp_call_us"].append(inside[0] / 1e3 / max(inside[1], 1))
+        rounds = in_turns(forwards, run, prepare, measure, SPLIT_ROUNDS)
     finally:
         for handle in handles:
             handle.remove()
+    samples = {arm: {part: [r[part] for r in results] for part in results[0]} for arm, results in rounds.items()}
     split = {
         arm: {
             **{f"{part}_median": statistics.median(values) for part, values in figures.items()},
