@@ -12,6 +12,8 @@ one model, in turns (each round starts one arm later):
     ours                   the kernelized forward (our fused GEMM and the down projection's, on Triton)
     eager + ATen launch    eager's forward set on the instance, then one ATen kernel (a one-element zero_)
     eager + Triton launch  the same, then one one-store Triton kernel through the kernel package's launcher
+    eager + ours' host     the same, then ours' forward with its two GEMM launches skipped (its result dropped):
+                           ours' Python path and allocations without a Triton launch
     liger                  Liger's forward (Liger's activation kernel, through Triton's dispatch)
     compile                torch.compile of the MLP's function (Inductor's fused kernel)
 
@@ -28,8 +30,9 @@ v38 (PERFORMANCE.md): the host never waits for the GPU in generate (0.05 ms a
 token), every kernel starts 8-10 us after its launch call whichever CUDA API
 launched it, and the host's speed moves by up to 30% between rounds. Inside
 generate ours' MLP call costs the host 1.06x eager's, and the rest of the
-model 1.045x its time with eager's MLP: the two ``+ launch`` arms tell
-whether one Triton launch per layer does that to the rest of the step.
+model 1.045x its time with eager's MLP. The three control arms take that
+apart: one Triton launch per layer, ours' host path without its launches,
+and, for scale, one more ATen kernel.
 
     python benchmarks/decode_probe.py --kernel-dir build --out decode_probe.json [--stages split]
 """
@@ -63,6 +66,7 @@ NEW_TOKENS = 32
 EAGER_ON_INSTANCE = "eager on instance"
 EAGER_AND_ATEN_LAUNCH = "eager + ATen launch"
 EAGER_AND_TRITON_LAUNCH = "eager + Triton launch"
+EAGER_AND_OURS_HOST_PATH = "eager + ours' host"
 
 
 @triton.jit
@@ -71,37 +75,73 @@ def _store_zero_kernel(out_ptr):
     tl.store(out_ptr, 0.0)
 
 
-def _eager_and_launch(forwards, launch) -> list:
-    """Eager's forward set on each instance, then ``launch(scratch)``: one more kernel per MLP call."""
-    scratch = torch.empty(1, device=forwards.device)
+def _eager_and(forwards, then) -> list:
+    """Eager's forward set on each instance, then ``then(x, index)`` (index: the MLP's), its result dropped."""
 
-    def bound(module) -> types.FunctionType:
+    def bound(module, index: int) -> types.FunctionType:
         forward = type(module).forward
 
-        def eager_and_launch(x):
+        def eager_and_then(x):
             out = forward(module, x)
-            launch(scratch)
+            then(x, index)
             return out
 
-        return eager_and_launch
+        return eager_and_then
 
-    return [bound(module) for module in forwards.mlps]
+    return [bound(module, index) for index, module in enumerate(forwards.mlps)]
+
+
+def _kernel_module(forwards, name: str) -> types.ModuleType:
+    """A module of the kernel package that kernelize loaded for ours (``OURS`` is built first)."""
+    layers = sys.modules[forwards.forwards[OURS][0].__func__.__module__]  # GeGLUMLP.forward, bound by kernelize
+    return sys.modules[f"{layers.__package__}.{name}"]
 
 
 def _triton_launch(forwards):
     """A launch of ``_store_zero_kernel`` through the kernel package's own launcher (the direct path ours takes
-    on CUDA), taken from the package that kernelize loaded for ours (``OURS`` is built first)."""
-    layers = sys.modules[forwards.forwards[OURS][0].__func__.__module__]  # GeGLUMLP.forward, bound by kernelize
-    launcher_module = sys.modules[layers.__package__ + ".triton_launcher"]
+    on CUDA)."""
+    launcher_module = _kernel_module(forwards, "triton_launcher")
     launcher = launcher_module.Launcher(_store_zero_kernel)
     options = launcher_module.LaunchOptions(constexprs=(), num_warps=1)
-    return lambda scratch: launcher((1,), (scratch,), (), options)
+    scratch = torch.empty(1, device=forwards.device)
+    return lambda x, index: launcher((1,), (scratch,), (), options)
+
+
+def _ours_host_path(forwards):
+    """Ours' forward with the GEMM kernel's launcher (the module global its launch functions call, both GEMMs'
+    at decode) set to a no-op for the call: everything ours does on the host but the two launches."""
+    gemm = _kernel_module(forwards, "triton_gemm_kernels")
+    launcher, ours = gemm._launch_mlp_gemm_kernel, forwards.forwards[OURS]
+
+    def skip_launch(grid, tensors, scalars, options) -> None:
+        return None
+
+    def host_path(x, index: int) -> None:
+        gemm._launch_mlp_gemm_kernel = skip_launch
+        try:
+            ours[index](x)
+        finally:
+            gemm._launch_mlp_gemm_kernel = launcher
+
+    return host_path
 
 
 BUILDERS[EAGER_ON_INSTANCE] = lambda forwards: [types.MethodType(type(m).forward, m) for m in forwards.mlps]
-BUILDERS[EAGER_AND_ATEN_LAUNCH] = lambda forwards: _eager_and_launch(forwards, torch.Tensor.zero_)
-BUILDERS[EAGER_AND_TRITON_LAUNCH] = lambda forwards: _eager_and_launch(forwards, _triton_launch(forwards))
-ARMS = (EAGER, EAGER_ON_INSTANCE, OURS, EAGER_AND_ATEN_LAUNCH, EAGER_AND_TRITON_LAUNCH, LIGER, COMPILE)
+
+
+def _aten_launch(forwards):
+    """One more ATen kernel: a one-element ``zero_``."""
+    scratch = torch.empty(1, device=forwards.device)
+    return lambda x, index: scratch.zero_()
+
+
+BUILDERS[EAGER_AND_ATEN_LAUNCH] = lambda forwards: _eager_and(forwards, _aten_launch(forwards))
+BUILDERS[EAGER_AND_TRITON_LAUNCH] = lambda forwards: _eager_and(forwards, _triton_launch(forwards))
+BUILDERS[EAGER_AND_OURS_HOST_PATH] = lambda forwards: _eager_and(forwards, _ours_host_path(forwards))
+ARMS = (
+    EAGER, EAGER_ON_INSTANCE, OURS, EAGER_AND_ATEN_LAUNCH, EAGER_AND_TRITON_LAUNCH, EAGER_AND_OURS_HOST_PATH, LIGER,
+    COMPILE,
+)
 #: The op in which the host waits for a step's result (``bool(tensor)`` in generate's stop check).
 HOST_WAIT_OP = "aten::_local_scalar_dense"
 #: Chrome-trace categories of launch calls, by the CUDA API they go through.
