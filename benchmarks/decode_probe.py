@@ -17,7 +17,7 @@ one model, in turns (each round starts one arm later):
     liger                  Liger's forward (Liger's activation kernel, through Triton's dispatch)
     compile                torch.compile of the MLP's function (Inductor's fused kernel)
 
-in three stages (``--stages``, all by default):
+in four stages (``--stages``, all by default):
 
     rounds   tokens/s of generate and of the static-cache loop of ``bench --models`` (32 new tokens), with
              the main thread's CPU time per token, and each arm's ratio to eager's within the round
@@ -25,6 +25,8 @@ in three stages (``--stages``, all by default):
              every arm): a token's host time inside the MLPs and outside them, ratios within the round
     profile  one generate per arm under torch.profiler (the host's wait for each step's result, the
              kernels' GPU time, each kernel's start on the GPU against its launch call) and cProfile
+    cold     pieces of one decode MLP call (eager's, ours', ours' checks, an allocation) timed warm, in a
+             loop of the piece alone, and cold, each call right after a forward of the whole model
 
 v38 (PERFORMANCE.md): the host never waits for the GPU in generate (0.05 ms a
 token), every kernel starts 8-10 us after its launch call whichever CUDA API
@@ -34,7 +36,7 @@ model 1.045x its time with eager's MLP. The three control arms take that
 apart: one Triton launch per layer, ours' host path without its launches,
 and, for scale, one more ATen kernel.
 
-    python benchmarks/decode_probe.py --kernel-dir build --out decode_probe.json [--stages split]
+    python benchmarks/decode_probe.py --kernel-dir build --out decode_probe.json [--stages split] [--arms ...]
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from geglu_triton.benchmarking.timing import garbage_collector_paused, round_ord
 
 ROUNDS = 8
 SPLIT_ROUNDS = 10
+COLD_SAMPLES = 200
 NEW_TOKENS = 32
 EAGER_ON_INSTANCE = "eager on instance"
 EAGER_AND_ATEN_LAUNCH = "eager + ATen launch"
@@ -91,27 +94,28 @@ def _eager_and(forwards, then) -> list:
     return [bound(module, index) for index, module in enumerate(forwards.mlps)]
 
 
-def _kernel_module(forwards, name: str) -> types.ModuleType:
-    """A module of the kernel package that kernelize loaded for ours (``OURS`` is built first)."""
-    layers = sys.modules[forwards.forwards[OURS][0].__func__.__module__]  # GeGLUMLP.forward, bound by kernelize
+def _kernel_module(ours: list, name: str) -> types.ModuleType:
+    """A module of the kernel package that kernelize loaded for ours (``ours``: its forwards, one per MLP)."""
+    layers = sys.modules[ours[0].__func__.__module__]  # GeGLUMLP.forward, bound by kernelize
     return sys.modules[f"{layers.__package__}.{name}"]
 
 
 def _triton_launch(forwards):
     """A launch of ``_store_zero_kernel`` through the kernel package's own launcher (the direct path ours takes
     on CUDA)."""
-    launcher_module = _kernel_module(forwards, "triton_launcher")
+    launcher_module = _kernel_module(forwards.forwards[OURS], "triton_launcher")  # OURS is built first
     launcher = launcher_module.Launcher(_store_zero_kernel)
     options = launcher_module.LaunchOptions(constexprs=(), num_warps=1)
     scratch = torch.empty(1, device=forwards.device)
     return lambda x, index: launcher((1,), (scratch,), (), options)
 
 
-def _ours_host_path(forwards):
-    """Ours' forward with the GEMM kernel's launcher (the module global its launch functions call, both GEMMs'
-    at decode) set to a no-op for the call: everything ours does on the host but the two launches."""
-    gemm = _kernel_module(forwards, "triton_gemm_kernels")
-    launcher, ours = gemm._launch_mlp_gemm_kernel, forwards.forwards[OURS]
+def _ours_host_path(ours: list):
+    """Ours' forward (``ours``: one per MLP) with the GEMM kernel's launcher (the module global its launch
+    functions call, both GEMMs' at decode) set to a no-op for the call: everything ours does on the host but
+    the two launches."""
+    gemm = _kernel_module(ours, "triton_gemm_kernels")
+    launcher = gemm._launch_mlp_gemm_kernel
 
     def skip_launch(grid, tensors, scalars, options) -> None:
         return None
@@ -137,7 +141,7 @@ def _aten_launch(forwards):
 
 BUILDERS[EAGER_AND_ATEN_LAUNCH] = lambda forwards: _eager_and(forwards, _aten_launch(forwards))
 BUILDERS[EAGER_AND_TRITON_LAUNCH] = lambda forwards: _eager_and(forwards, _triton_launch(forwards))
-BUILDERS[EAGER_AND_OURS_HOST_PATH] = lambda forwards: _eager_and(forwards, _ours_host_path(forwards))
+BUILDERS[EAGER_AND_OURS_HOST_PATH] = lambda forwards: _eager_and(forwards, _ours_host_path(forwards.forwards[OURS]))
 ARMS = (
     EAGER, EAGER_ON_INSTANCE, OURS, EAGER_AND_ATEN_LAUNCH, EAGER_AND_TRITON_LAUNCH, EAGER_AND_OURS_HOST_PATH, LIGER,
     COMPILE,
@@ -365,7 +369,58 @@ def profiled_arms(forwards, run, device: torch.device) -> dict:
     return {"profiled_generate": profiled, "python_profiled_generate": python_profiled}
 
 
-STAGES = ("rounds", "split", "profile")
+def cold_host_path(model, forwards, ours: list, device: torch.device) -> dict:
+    """Pieces of a decode MLP call timed on the host warm and cold: what a piece costs inside a model.
+
+    Warm: the piece called over and over, as ``host_time.py`` times it. Cold:
+    each call right after a forward of the whole model at one token (eager's
+    MLPs in place), as the piece runs in ``generate``, where the rest of the
+    model's code and data pass through the CPU's caches between two calls of
+    one MLP. Each figure is the median of ``COLD_SAMPLES`` calls, timed one
+    by one (perf_counter_ns around the call, the same for both). ``ours``: the
+    kernelized forwards, one per MLP.
+    """
+    forwards.use(EAGER)
+    mlp = forwards.mlps[0]
+    projections = [mlp._modules[name] for name in ("gate_proj", "up_proj", "down_proj")]
+    gate, up, down = (projection.weight for projection in projections)
+    layers, checks = _kernel_module(ours, "layers"), _kernel_module(ours, "checks")
+    host_path = _ours_host_path(ours)
+    x = torch.randn(1, 1, gate.shape[1], device=device, dtype=gate.dtype)
+    pieces = {
+        "eager's MLP (the class's forward)": lambda: type(mlp).forward(mlp, x),
+        "ours' MLP (the kernelized forward)": lambda: ours[0](x),
+        "ours' MLP, its GEMM launches skipped": lambda: host_path(x, 0),
+        "ours' module checks (gelu_approximation, is_plain_linear x3)": lambda: (
+            layers.gelu_approximation(mlp), *[layers.is_plain_linear(projection) for projection in projections]
+        ),
+        "checks.check_mlp": lambda: checks.check_mlp(x, gate, up, down, None, None, None, "tanh"),
+        "an output allocation (new_empty)": lambda: x.new_empty((1, 1, gate.shape[0])),
+    }
+    if device.type == "cpu":  # where ours' kernels are interpreted (or replaced by PyTorch): its host path only
+        del pieces["ours' MLP (the kernelized forward)"]
+    token = torch.zeros(1, 1, dtype=torch.long, device=device)
+
+    def median_us(piece, before) -> float:
+        samples = []
+        for _ in range(COLD_SAMPLES):
+            before()
+            start = time.perf_counter_ns()
+            piece()
+            samples.append(time.perf_counter_ns() - start)
+        synchronize(device)
+        return statistics.median(samples) / 1e3
+
+    figures = {}
+    for name, piece in pieces.items():
+        warm = median_us(piece, lambda: None)
+        cold = median_us(piece, lambda: model(token, use_cache=False))
+        figures[name] = {"warm_us": warm, "cold_us": cold, "cold_over_warm": cold / warm}
+        print(f"cold host path, {name:62s} warm {warm:7.2f} us, cold {cold:7.2f} us (x{cold / warm:.2f})")
+    return {"samples": COLD_SAMPLES, "pieces": figures}
+
+
+STAGES = ("rounds", "split", "profile", "cold")
 
 
 def main() -> None:
@@ -373,10 +428,22 @@ def main() -> None:
     parser.add_argument(
         "--stages", nargs="+", choices=STAGES, default=list(STAGES),
         help="rounds: tokens/s of generate and the static loop; split: generate's host time in and outside the "
-        "MLPs; profile: one generate per arm under torch.profiler and cProfile",
+        "MLPs; profile: one generate per arm under torch.profiler and cProfile; cold: pieces of a decode MLP call "
+        "timed warm and right after a model forward",
+    )
+    parser.add_argument(
+        "--arms", nargs="+", choices=ARMS, default=list(ARMS),
+        help="the arms to time (eager's among them: the ratios are to it); ours is built for the control arms "
+        "whether timed or not. On the CPU, where ours' kernels are interpreted, leave ours, Triton's launch and "
+        "Liger out",
     )
     args = parser.parse_args()
+    if EAGER not in args.arms:
+        parser.error(f"--arms must include {EAGER!r}: every ratio is to it")
     model, forwards, device = probe_model(args, ARMS)
+    ours = forwards.forwards.get(OURS)  # for the cold stage, whether ours is a timed arm or not
+    for arm in set(forwards.available) - set(args.arms):
+        del forwards.forwards[arm]
     prompt = torch.randint(model.config.vocab_size, (1, 32), device=device)
     loops = {
         "generate": lambda: greedy_generate(model, prompt, NEW_TOKENS),
@@ -392,6 +459,7 @@ def main() -> None:
         "python": sys.version.split()[0],
         "switch_interval_s": sys.getswitchinterval(),
         "status": forwards.status,
+        "arms": list(forwards.available),
     }
     with torch.no_grad(), garbage_collector_paused():
         for arm in forwards.available:  # first calls (kernel compiles, Liger's autotuning) before any timing
@@ -404,6 +472,10 @@ def main() -> None:
             result["generate_host_split_ms_per_token"] = mlp_host_split(forwards, loops["generate"], device)
         if "profile" in args.stages:
             result.update(profiled_arms(forwards, loops["generate"], device))
+        if "cold" in args.stages and ours is None:
+            print(f"cold host path: skipped, ours did not build ({forwards.status[OURS]['reason']})")
+        elif "cold" in args.stages:
+            result["cold_host_path"] = cold_host_path(model, forwards, ours, device)
     result["threads"] = [thread.name for thread in threading.enumerate()]
     print(f"threads alive: {result['threads']}")
     args.out.write_text(json.dumps(result, indent=1))
