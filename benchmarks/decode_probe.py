@@ -10,6 +10,7 @@ one model, in turns (each round starts one arm later):
     eager                  the class's forward
     eager on instance      the same function, set on each MLP instance as kernelize sets ours
     ours                   the kernelized forward (our fused GEMM and the down projection's, on Triton)
+    ours, down on cuBLAS   the same with the down projection on F.linear (cuBLAS), as at more than one token
     eager + ATen launch    eager's forward set on the instance, then one ATen kernel (a one-element zero_)
     eager + Triton launch  the same, then one one-store Triton kernel through the kernel package's launcher
     eager + ours' host     the same, then ours' forward with its two GEMM launches skipped (its result dropped):
@@ -52,6 +53,7 @@ import types
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 
@@ -70,6 +72,7 @@ EAGER_ON_INSTANCE = "eager on instance"
 EAGER_AND_ATEN_LAUNCH = "eager + ATen launch"
 EAGER_AND_TRITON_LAUNCH = "eager + Triton launch"
 EAGER_AND_OURS_HOST_PATH = "eager + ours' host"
+OURS_DOWN_PROJ_ON_CUBLAS = "ours, down on cuBLAS"
 
 
 @triton.jit
@@ -110,24 +113,41 @@ def _triton_launch(forwards):
     return lambda x, index: launcher((1,), (scratch,), (), options)
 
 
-def _ours_host_path(ours: list):
-    """Ours' forward (``ours``: one per MLP) with the GEMM kernel's launcher (the module global its launch
-    functions call, both GEMMs' at decode) set to a no-op for the call: everything ours does on the host but
-    the two launches."""
-    gemm = _kernel_module(ours, "triton_gemm_kernels")
-    launcher = gemm._launch_mlp_gemm_kernel
+def _with_global_replaced(module: types.ModuleType, name: str, replacement, call):
+    """``call`` with the module global ``module.<name>`` (read by its callees at call time) replaced while it runs."""
+    original = getattr(module, name)
 
-    def skip_launch(grid, tensors, scalars, options) -> None:
-        return None
-
-    def host_path(x, index: int) -> None:
-        gemm._launch_mlp_gemm_kernel = skip_launch
+    def replaced(*args):
+        setattr(module, name, replacement)
         try:
-            ours[index](x)
+            return call(*args)
         finally:
-            gemm._launch_mlp_gemm_kernel = launcher
+            setattr(module, name, original)
 
-    return host_path
+    return replaced
+
+
+def _skip_launch(grid, tensors, scalars, options) -> None:
+    return None
+
+
+def _gemm_launches_skipped(ours: list, call):
+    """``call`` with the GEMM kernel's launcher (the module global both GEMMs' launches at decode go through) a
+    no-op: everything ``call`` does on the host but those launches."""
+    return _with_global_replaced(_kernel_module(ours, "triton_gemm_kernels"), "_launch_mlp_gemm_kernel", _skip_launch, call)
+
+
+def _ours_host_path(ours: list):
+    """Ours' forward (``ours``: one per MLP), its GEMM launches skipped; the result dropped."""
+    forwards = [_gemm_launches_skipped(ours, forward) for forward in ours]
+    return lambda x, index: forwards[index](x)
+
+
+def _ours_down_proj_on_cublas(ours: list) -> list:
+    """Ours' forwards with the down projection's launch table empty for the call: ``F.linear`` (cuBLAS) runs it,
+    the fused GEMM the first half."""
+    gemm = _kernel_module(ours, "triton_gemm_kernels")
+    return [_with_global_replaced(gemm, "down_proj_config", lambda *args: None, forward) for forward in ours]
 
 
 BUILDERS[EAGER_ON_INSTANCE] = lambda forwards: [types.MethodType(type(m).forward, m) for m in forwards.mlps]
@@ -142,9 +162,10 @@ def _aten_launch(forwards):
 BUILDERS[EAGER_AND_ATEN_LAUNCH] = lambda forwards: _eager_and(forwards, _aten_launch(forwards))
 BUILDERS[EAGER_AND_TRITON_LAUNCH] = lambda forwards: _eager_and(forwards, _triton_launch(forwards))
 BUILDERS[EAGER_AND_OURS_HOST_PATH] = lambda forwards: _eager_and(forwards, _ours_host_path(forwards.forwards[OURS]))
+BUILDERS[OURS_DOWN_PROJ_ON_CUBLAS] = lambda forwards: _ours_down_proj_on_cublas(forwards.forwards[OURS])
 ARMS = (
-    EAGER, EAGER_ON_INSTANCE, OURS, EAGER_AND_ATEN_LAUNCH, EAGER_AND_TRITON_LAUNCH, EAGER_AND_OURS_HOST_PATH, LIGER,
-    COMPILE,
+    EAGER, EAGER_ON_INSTANCE, OURS, OURS_DOWN_PROJ_ON_CUBLAS, EAGER_AND_ATEN_LAUNCH, EAGER_AND_TRITON_LAUNCH,
+    EAGER_AND_OURS_HOST_PATH, LIGER, COMPILE,
 )
 #: The op in which the host waits for a step's result (``bool(tensor)`` in generate's stop check).
 HOST_WAIT_OP = "aten::_local_scalar_dense"
@@ -384,21 +405,25 @@ def cold_host_path(model, forwards, ours: list, device: torch.device) -> dict:
     mlp = forwards.mlps[0]
     projections = [mlp._modules[name] for name in ("gate_proj", "up_proj", "down_proj")]
     gate, up, down = (projection.weight for projection in projections)
-    layers, checks = _kernel_module(ours, "layers"), _kernel_module(ours, "checks")
-    host_path = _ours_host_path(ours)
+    layers, checks, ops = (_kernel_module(ours, name) for name in ("layers", "checks", "ops"))
     x = torch.randn(1, 1, gate.shape[1], device=device, dtype=gate.dtype)
+    h = torch.randn(1, 1, gate.shape[0], device=device, dtype=gate.dtype)
+    ours_host_path, down_proj_host_path = (_gemm_launches_skipped(ours, call) for call in (ours[0], ops.linear_impl))
     pieces = {
         "eager's MLP (the class's forward)": lambda: type(mlp).forward(mlp, x),
         "ours' MLP (the kernelized forward)": lambda: ours[0](x),
-        "ours' MLP, its GEMM launches skipped": lambda: host_path(x, 0),
+        "ours' MLP, its GEMM launches skipped": lambda: ours_host_path(x),
         "ours' module checks (gelu_approximation, is_plain_linear x3)": lambda: (
             layers.gelu_approximation(mlp), *[layers.is_plain_linear(projection) for projection in projections]
         ),
         "checks.check_mlp": lambda: checks.check_mlp(x, gate, up, down, None, None, None, "tanh"),
         "an output allocation (new_empty)": lambda: x.new_empty((1, 1, gate.shape[0])),
+        "down projection: ops.linear_impl (ours' plain GEMM)": lambda: ops.linear_impl(h, down, None),
+        "down projection: ops.linear_impl, its launch skipped": lambda: down_proj_host_path(h, down, None),
+        "down projection: F.linear (cuBLAS on a GPU)": lambda: F.linear(h, down),
     }
-    if device.type == "cpu":  # where ours' kernels are interpreted (or replaced by PyTorch): its host path only
-        del pieces["ours' MLP (the kernelized forward)"]
+    if device.type == "cpu":  # where ours' kernels are interpreted (or replaced by PyTorch): their host paths only
+        del pieces["ours' MLP (the kernelized forward)"], pieces["down projection: ops.linear_impl (ours' plain GEMM)"]
     token = torch.zeros(1, 1, dtype=torch.long, device=device)
 
     def median_us(piece, before) -> float:
