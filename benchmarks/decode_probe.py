@@ -26,8 +26,9 @@ in four stages (``--stages``, all by default):
              every arm): a token's host time inside the MLPs and outside them, ratios within the round
     profile  one generate per arm under torch.profiler (the host's wait for each step's result, the
              kernels' GPU time, each kernel's start on the GPU against its launch call) and cProfile
-    cold     pieces of one decode MLP call (eager's, ours', ours' checks, an allocation) timed warm, in a
-             loop of the piece alone, and cold, each call right after a forward of the whole model
+    cold     pieces of one decode MLP call (eager's whole, ours' whole and without launches, ours' checks,
+             an allocation, the down projection on ours' GEMM and on F.linear) timed warm, in a loop of the
+             piece alone, and cold, each call right after a forward of the whole model
 
 v38 (PERFORMANCE.md): the host never waits for the GPU in generate (0.05 ms a
 token), every kernel starts 8-10 us after its launch call whichever CUDA API
@@ -459,8 +460,8 @@ def main() -> None:
     parser.add_argument(
         "--arms", nargs="+", choices=ARMS, default=list(ARMS),
         help="the arms to time (eager's among them: the ratios are to it); ours is built for the control arms "
-        "whether timed or not. On the CPU, where ours' kernels are interpreted, leave ours, Triton's launch and "
-        "Liger out",
+        "whether timed or not. On the CPU, where Triton kernels are interpreted, leave out the arms that launch "
+        "them (ours, ours with the down projection on cuBLAS, eager + Triton launch, Liger)",
     )
     args = parser.parse_args()
     if EAGER not in args.arms:
