@@ -36,7 +36,9 @@ launched it, and the host's speed moves by up to 30% between rounds. Inside
 generate ours' MLP call costs the host 1.06x eager's, and the rest of the
 model 1.045x its time with eager's MLP. The three control arms take that
 apart: one Triton launch per layer, ours' host path without its launches,
-and, for scale, one more ATen kernel.
+and, for scale, one more ATen kernel. v39 (H100): the rest slows by 1.9-3.1%
+with ours' host path, by 0-1.5% with a Triton launch; cold, every piece of
+ours' path costs 4-9x its warm time, eager's MLP 1.5x.
 
     python benchmarks/decode_probe.py --kernel-dir build --out decode_probe.json [--stages split] [--arms ...]
 """
