@@ -27,8 +27,9 @@ in four stages (``--stages``, all by default):
     profile  one generate per arm under torch.profiler (the host's wait for each step's result, the
              kernels' GPU time, each kernel's start on the GPU against its launch call) and cProfile
     cold     pieces of one decode MLP call (eager's whole, ours' whole and without launches, ours' checks,
-             an allocation, the down projection on ours' GEMM and on F.linear) timed warm, in a loop of the
-             piece alone, and cold, each call right after a forward of the whole model
+             an allocation, the down projection on ours' GEMM and on F.linear), and an empty call for the
+             timing's own cost, timed warm, in a loop of the piece alone, and cold, each call right after a
+             forward of the whole model
 
 v38 (PERFORMANCE.md): the host never waits for the GPU in generate (0.05 ms a
 token), every kernel starts 8-10 us after its launch call whichever CUDA API
@@ -413,6 +414,7 @@ def cold_host_path(model, forwards, ours: list, device: torch.device) -> dict:
     h = torch.randn(1, 1, gate.shape[0], device=device, dtype=gate.dtype)
     ours_host_path, down_proj_host_path = (_gemm_launches_skipped(ours, call) for call in (ours[0], ops.linear_impl))
     pieces = {
+        "an empty call (the timing's own cost)": lambda: None,
         "eager's MLP (the class's forward)": lambda: type(mlp).forward(mlp, x),
         "ours' MLP (the kernelized forward)": lambda: ours[0](x),
         "ours' MLP, its GEMM launches skipped": lambda: ours_host_path(x),
