@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call of the device tool: where a kernelized decode MLP's host time goes inside a whole model
-# (decode_probe.py's split and cold stages on the 1B, or DECODE_PROBE_SIZE; about 150 s on the H100 host).
+# (decode_probe.py's split and cold stages on the 1B, or DECODE_PROBE_SIZE; 313 s of wall time on the H100 in v39).
 # The split stage times generate with each arm (ours, ours with the down projection on cuBLAS, and the
 # control arms); the cold stage times the pieces of one MLP call warm and right after a model forward.
 # Outputs to $OUT.
