@@ -107,6 +107,12 @@ def _kernel_module(ours: list, name: str) -> types.ModuleType:
     return sys.modules[f"{layers.__package__}.{name}"]
 
 
+def _aten_launch(forwards):
+    """One more ATen kernel: a one-element ``zero_``."""
+    scratch = torch.empty(1, device=forwards.device)
+    return lambda x, index: scratch.zero_()
+
+
 def _triton_launch(forwards):
     """A launch of ``_store_zero_kernel`` through the kernel package's own launcher (the direct path ours takes
     on CUDA)."""
@@ -138,7 +144,8 @@ def _skip_launch(grid, tensors, scalars, options) -> None:
 def _gemm_launches_skipped(ours: list, call):
     """``call`` with the GEMM kernel's launcher (the module global both GEMMs' launches at decode go through) a
     no-op: everything ``call`` does on the host but those launches."""
-    return _with_global_replaced(_kernel_module(ours, "triton_gemm_kernels"), "_launch_mlp_gemm_kernel", _skip_launch, call)
+    gemm = _kernel_module(ours, "triton_gemm_kernels")
+    return _with_global_replaced(gemm, "_launch_mlp_gemm_kernel", _skip_launch, call)
 
 
 def _ours_host_path(ours: list):
@@ -155,14 +162,6 @@ def _ours_down_proj_on_cublas(ours: list) -> list:
 
 
 BUILDERS[EAGER_ON_INSTANCE] = lambda forwards: [types.MethodType(type(m).forward, m) for m in forwards.mlps]
-
-
-def _aten_launch(forwards):
-    """One more ATen kernel: a one-element ``zero_``."""
-    scratch = torch.empty(1, device=forwards.device)
-    return lambda x, index: scratch.zero_()
-
-
 BUILDERS[EAGER_AND_ATEN_LAUNCH] = lambda forwards: _eager_and(forwards, _aten_launch(forwards))
 BUILDERS[EAGER_AND_TRITON_LAUNCH] = lambda forwards: _eager_and(forwards, _triton_launch(forwards))
 BUILDERS[EAGER_AND_OURS_HOST_PATH] = lambda forwards: _eager_and(forwards, _ours_host_path(forwards.forwards[OURS]))
