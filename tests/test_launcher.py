@@ -6,6 +6,7 @@ H200 the same code path runs for real under every kernel test and the bench.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import subprocess
 import sys
@@ -115,6 +116,7 @@ class FakeCudaTensor:
 
     is_cuda = True
     dtype = torch.float16
+    device = torch.device("cuda", 0)
 
     def __init__(self, address: int) -> None:
         self.address = address
@@ -134,6 +136,58 @@ def test_cuda_pointers_travel_as_addresses(launcher_module):
     launch((4,), (second,), (32,), _options(launcher_module))
     assert jit.dispatches[0][1] == (first, 32)  # Triton's own dispatch still sees the tensor
     assert jit.direct_launches[0][1] == (0x7F0000001000, 32, 16, True)
+
+
+class FakeDeviceModule:
+    """``torch.get_device_module``'s answer: ``device_count`` devices, device 0 current, and the indices made
+    current (``device``), in order."""
+
+    def __init__(self, device_count: int) -> None:
+        self.count = device_count
+        self.current = 0
+        self.made_current: list[int] = []
+
+    def device_count(self) -> int:
+        return self.count
+
+    @contextlib.contextmanager
+    def device(self, index: int):
+        self.made_current.append(index)
+        previous, self.current = self.current, index
+        try:
+            yield
+        finally:
+            self.current = previous
+
+
+class FakeTensorOnDevice(FakeCudaTensor):
+    def __init__(self, address: int, index: int) -> None:
+        super().__init__(address)
+        self.index = index
+
+    def get_device(self) -> int:
+        return self.index
+
+
+@pytest.mark.parametrize("device_count", [1, 2])
+def test_every_launch_runs_on_its_tensors_device(launcher_module, monkeypatch, device_count):
+    """With several devices each launch makes its tensors' device current (device 1 here, with 0 current), the
+    direct ones too; with one, the device is asked for on the first launch only (it is always the current one)."""
+    device_module = FakeDeviceModule(device_count)
+    monkeypatch.setattr(torch, "get_device_module", lambda device: device_module)
+    asked = []
+    monkeypatch.setattr(
+        launcher_module.driver.active, "get_current_device", lambda: asked.append(1) or device_module.current
+    )
+    jit, launch = _direct_launcher(launcher_module)
+    tensor = FakeTensorOnDevice(0x7F0000000000, index=device_count - 1)
+    for _ in range(3):
+        launch((4,), (tensor,), (32,), _options(launcher_module))
+    assert len(jit.dispatches) == 1 and len(jit.direct_launches) == 2
+    if device_count == 1:
+        assert device_module.made_current == [] and len(asked) == 1
+    else:
+        assert device_module.made_current == [1, 1, 1]
 
 
 def test_launch_hooks_get_their_metadata(launcher_module, monkeypatch):

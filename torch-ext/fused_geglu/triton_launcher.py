@@ -107,9 +107,20 @@ def direct_launch_supported() -> bool:
     )
 
 
-def _calls_anything(hook: Any) -> bool:
-    """Whether calling this launch hook calls anything (Triton 3.6-3.9 keep hooks in a HookChain's ``calls``)."""
-    return hook is not None and bool(getattr(hook, "calls", True))
+def _hooks_to_call() -> tuple[Any, Any]:
+    """The launch enter and exit hooks (profilers'), each None where calling it would call nothing.
+
+    Triton 3.6-3.9 keep them in HookChains, empty unless a hook is
+    registered: an empty chain would be called for nothing, and the launch
+    metadata built for it never read. A hook set in a chain's place is a
+    plain callable (no ``calls``), always called.
+    """
+    runtime = knobs.runtime
+    enter_hook, exit_hook = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return (
+        enter_hook if enter_hook is not None and getattr(enter_hook, "calls", True) else None,
+        exit_hook if exit_hook is not None and getattr(exit_hook, "calls", True) else None,
+    )
 
 
 def parameter_flags(kernel: Any) -> tuple[tuple[bool, bool, bool], ...]:
@@ -204,13 +215,16 @@ class Launcher:
         # (device index, integer arguments) -> their specialization key, which depends on their values alone.
         self._scalar_keys: dict[tuple, tuple] = {}
         self._unavailable: dict[tuple, str] = {}  # (device index, options.key) -> why it did not compile or launch
+        # Whether a launch must make its tensors' device current first: until the first direct launch has
+        # counted the devices, then only where there are several (with one, it always is the current one).
+        self._several_devices = True
 
     def __call__(
         self, grid: tuple[int, ...], tensors: tuple[torch.Tensor, ...], scalars: tuple[int, ...], options: LaunchOptions
     ) -> None:
         # Triton launches on the current device: make the tensors' device current.
         index = tensors[0].get_device()
-        if index >= 0 and index != driver.active.get_current_device():
+        if index >= 0 and self._several_devices and index != driver.active.get_current_device():
             with torch.get_device_module(tensors[0].device).device(index):
                 return self(grid, tensors, scalars, options)
         if self._unavailable and (index, options.key) in self._unavailable:
@@ -218,11 +232,13 @@ class Launcher:
         if not self.direct:
             self._dispatch(grid, tensors, scalars, options, index)
             return
+        active = driver.active
         backend = self._backends.get(index)
         if backend is None:
-            backend = self._backends[index] = make_backend(driver.active.get_current_target())
+            backend = self._backends[index] = make_backend(active.get_current_target())
             flags = parameter_flags(self.kernel)
             self._tensor_flags, self._scalar_flags = flags[: len(tensors)], flags[len(tensors) :]
+            self._several_devices = torch.get_device_module(tensors[0].device).device_count() > 1
         scalar_key = self._scalar_keys.get((index, scalars))
         if scalar_key is None:
             if len(self._scalar_keys) >= MAX_SCALAR_KEYS:  # many shapes seen: start over rather than grow
@@ -240,12 +256,8 @@ class Launcher:
             return
         args = (*pointers, *scalars, *options.constexpr_values)
         grid_xyz = grid + (1,) * (3 - len(grid))
-        stream = driver.active.get_current_stream(index)
-        # Launch hooks (profilers) are HookChains, empty unless one is registered: an empty chain
-        # would be called for nothing, and the launch metadata built for it never read.
-        enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-        enter_hook = enter_hook if _calls_anything(enter_hook) else None
-        exit_hook = exit_hook if _calls_anything(exit_hook) else None
+        stream = active.get_current_stream(index)
+        enter_hook, exit_hook = _hooks_to_call()
         metadata = None if enter_hook is None else compiled.launch_metadata(grid_xyz, stream, *args)
         compiled.run(*grid_xyz, stream, compiled.function, compiled.packed_metadata, metadata, enter_hook, exit_hook, *args)
 
