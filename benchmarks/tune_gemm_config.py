@@ -141,6 +141,13 @@ def candidates(gemm, tokens: int, down_proj: bool, gemv: bool) -> list:
     return [config(m, n, k, 8, w, s) for (m, n, k, w), s in itertools.product(shapes, (3, 4))]
 
 
+def config_fields(config) -> dict | None:
+    """A GemmConfig's fields by name (a NamedTuple's since v40; a baseline build's may be a dataclass), or None."""
+    if config is None:
+        return None
+    return config._asdict() if hasattr(config, "_asdict") else dict(vars(config))
+
+
 def compiled_resources(gemm, config) -> dict:
     """Shared memory (bytes) and registers per thread of the kernel last compiled for ``config``'s tiles and stages."""
     tiles = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k, "GROUP_M": config.group_m}
@@ -267,11 +274,11 @@ def main() -> None:
         reference = next(iter(references.values()))().float()
         cell = {"model": model.name, "n_in": n_in, "n_out": n_out, "tokens": tokens}
         cell["floor_us"] = floor_s * 1e6
-        cell["table_config"] = table.__dict__ if table else None
+        cell["table_config"] = config_fields(table)
         cell["configs"] = []
         swept = candidates(gemm, tokens, args.down_proj, args.gemv) if tokens in args.sweep else [table] if table else []
         for config in swept:
-            entry = {"config": config.__dict__}
+            entry = {"config": config_fields(config)}
             try:
                 out.fill_(float("nan"))
                 ours_with(config)()
@@ -295,7 +302,7 @@ def main() -> None:
             side_by_side["table"] = (ours_with(table), None)
         if baseline is not None:
             baseline_config = baseline.device_tables.gemm_config(tokens, w_gate.nbytes, baseline_device)
-            cell["baseline_table_config"] = baseline_config.__dict__ if baseline_config else None
+            cell["baseline_table_config"] = config_fields(baseline_config)
             if baseline_config:
                 side_by_side["baseline table"] = (ours_with(baseline_config, baseline.triton_gemm_kernels), None)
         if best:

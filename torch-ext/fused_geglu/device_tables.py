@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import triton
 
@@ -79,8 +79,10 @@ def describe_device(index: int) -> DeviceTraits:
 # --- fused GEMM -----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GemmConfig:
+class GemmConfig(NamedTuple):
+    """One launch configuration of the GEMM kernel. A NamedTuple, not a dataclass: the launch plan's cache
+    hashes it on every call, and a tuple's hash runs in C, where a dataclass's is a Python call."""
+
     block_m: int
     block_n: int
     block_k: int

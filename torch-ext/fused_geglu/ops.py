@@ -186,22 +186,13 @@ def geglu_concat_backward_impl(grad_out, x, approximate: str) -> torch.Tensor:
     return grad_x
 
 
-def _rows_are_contiguous(weight: torch.Tensor) -> bool:
-    """Whether a weight's rows are contiguous, as the GEMM reads them (``is_contiguous`` first: a third of
-    ``stride(-1)``'s host time, and what an ``nn.Linear`` weight is)."""
-    return weight.is_contiguous() or weight.stride(-1) == 1
-
-
-def _unit_stride(bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """A bias as the fused GEMM reads it, a unit-stride vector: copied where it is not (tiny next to the weights)."""
-    return bias if bias is None or bias.stride(0) == 1 else bias.contiguous()
-
-
 def _gemm_config(x: torch.Tensor, weight: torch.Tensor, up_weight: Optional[torch.Tensor]):
     """The launch table's configuration of the GEMM kernel for x through ``weight`` (gated with ``up_weight``,
     plain where it is None), or None where the kernel does not run: off Triton, in a dtype without tensor-core
     operands, through weights whose rows are not contiguous, for an empty output, or for a token count that the
-    device's table gives no class. The token cap goes first: it rejects prefill cheapest.
+    device's table gives no class. The token cap goes first: it rejects prefill cheapest. A weight's rows
+    are contiguous where the whole weight is (an ``nn.Linear``'s: one test, a third of ``stride(-1)``'s
+    host time), else where its column stride is 1.
     """
     if not _runs_on_triton(x):
         return None
@@ -211,8 +202,8 @@ def _gemm_config(x: torch.Tensor, weight: torch.Tensor, up_weight: Optional[torc
         0 < n_elements <= (gemm.FUSED_MAX_TOKENS if gated else gemm.DOWN_PROJ_MAX_TOKENS) * n_in
         and weight.shape[0]
         and x.dtype in gemm.FUSED_DTYPES
-        and _rows_are_contiguous(weight)
-        and (not gated or _rows_are_contiguous(up_weight))
+        and (weight.is_contiguous() or weight.stride(-1) == 1)
+        and (not gated or up_weight.is_contiguous() or up_weight.stride(-1) == 1)
     )
     if not eligible:
         return None
@@ -249,10 +240,7 @@ def geglu_linear_impl(
     if fused_x is not None:
         out = x.new_empty(linear_output_shape(x, gate_weight))
         try:
-            triton_gemm_kernels.launch_geglu_linear(
-                fused_x, gate_weight, up_weight, _unit_stride(gate_bias), _unit_stride(up_bias), out, approximate,
-                config,
-            )
+            triton_gemm_kernels.launch_geglu_linear(fused_x, gate_weight, up_weight, gate_bias, up_bias, out, approximate, config)
             return out
         except KernelUnavailable as error:
             _warn_of_fallback(error)
@@ -278,7 +266,7 @@ def linear_impl(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
     if operand is not None:
         out = x.new_empty(linear_output_shape(x, weight))
         try:
-            triton_gemm_kernels.launch_linear(operand, weight, _unit_stride(bias), out, config)
+            triton_gemm_kernels.launch_linear(operand, weight, bias, out, config)
             return out
         except KernelUnavailable as error:
             _warn_of_fallback(error)
