@@ -63,16 +63,6 @@ def needs_gradient(*tensors: Optional[torch.Tensor]) -> bool:
     )
 
 
-def _autocast_dtype(x) -> Optional[torch.dtype]:
-    """The dtype ``torch.autocast`` runs ``nn.Linear`` in on x's device; None outside autocast (or for a non-tensor,
-    which the checks then name).
-    """
-    if not isinstance(x, torch.Tensor) or x.is_meta:  # autocast has no state for the meta device
-        return None
-    device_type = "cuda" if x.is_cuda else x.device.type  # (ROCm tensors are "cuda" too) without a torch.device object
-    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
-
-
 def _autocast(operands: tuple) -> tuple:
     """The operands of a function with projections (x first) as ``nn.Linear`` sees them under ``torch.autocast``.
 
@@ -80,11 +70,17 @@ def _autocast(operands: tuple) -> tuple:
     bias to the autocast dtype (floating tensors, float64 aside). The kernels
     take tensors as they are given, so the functions with projections cast
     them first the same way: differentiably, so that fp32 weights get fp32
-    gradients, and ahead of the dtype checks. Outside autocast: as given.
+    gradients, and ahead of the dtype checks. Outside autocast (whose state
+    is read for x's device), or for an x that is not a tensor (the checks
+    then name it) or is on the meta device (autocast has none): as given.
     """
-    dtype = _autocast_dtype(operands[0])
-    if dtype is None:
+    x = operands[0]
+    if not isinstance(x, torch.Tensor) or x.is_meta:
         return operands
+    device_type = "cuda" if x.is_cuda else x.device.type  # (ROCm tensors are "cuda" too) without a torch.device object
+    if not torch.is_autocast_enabled(device_type):
+        return operands
+    dtype = torch.get_autocast_dtype(device_type)
     return tuple(
         t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype not in (dtype, torch.float64) else t
         for t in operands

@@ -56,6 +56,15 @@ def _submodule(module: nn.Module, name: str):
     return found if found is not None else getattr(module, name, None)
 
 
+def _projections(module: nn.Module) -> tuple:
+    """``gate_proj``, ``up_proj`` and ``down_proj``, as ``_submodule`` reads them, in one call."""
+    submodules = module._modules
+    gate_proj, up_proj, down_proj = submodules.get("gate_proj"), submodules.get("up_proj"), submodules.get("down_proj")
+    if gate_proj is None or up_proj is None or down_proj is None:  # not registered as modules: any attribute
+        return _submodule(module, "gate_proj"), _submodule(module, "up_proj"), _submodule(module, "down_proj")
+    return gate_proj, up_proj, down_proj
+
+
 def gelu_approximation(module: nn.Module) -> Optional[str]:
     """The GELU form ("tanh" or "none") in which the fused layer computes this MLP now, or None: its own forward.
 
@@ -218,8 +227,7 @@ class GeGLUMLP(nn.Module):
         # caught rather than asked for here, so that a call reads those flags once).
         if approximate is None or getattr(x, "dtype", None) not in SUPPORTED_DTYPES:
             return _unfused_forward(self, x)
-        gate_proj, up_proj = _submodule(self, "gate_proj"), _submodule(self, "up_proj")
-        down_proj = _submodule(self, "down_proj")
+        gate_proj, up_proj, down_proj = _projections(self)
         plain_projections = is_plain_linear(gate_proj) and is_plain_linear(up_proj)
         plain_down_proj = is_plain_linear(down_proj)
         try:
