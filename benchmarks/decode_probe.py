@@ -17,6 +17,8 @@ one model, in turns (each round starts one arm later):
                            ours' Python path and allocations without a Triton launch
     liger                  Liger's forward (Liger's activation kernel, through Triton's dispatch)
     compile                torch.compile of the MLP's function (Inductor's fused kernel)
+    ours, baseline build   with --baseline-kernel-dir: another build's kernelized forward (before and after a
+                           change, in one process)
 
 in four stages (``--stages``, all by default):
 
@@ -61,7 +63,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from geglu_triton.benchmarking.environment import device_name, utc_now, versions
+from geglu_triton.benchmarking.environment import device_name, load_kernel, utc_now, versions
 from geglu_triton.benchmarking.implementations import COMPILE, EAGER, LIGER, OURS
 from geglu_triton.benchmarking.model_implementations import BUILDERS
 from geglu_triton.benchmarking.model_probes import probe_model, probe_parser
@@ -77,6 +79,7 @@ EAGER_AND_ATEN_LAUNCH = "eager + ATen launch"
 EAGER_AND_TRITON_LAUNCH = "eager + Triton launch"
 EAGER_AND_OURS_HOST_PATH = "eager + ours' host"
 OURS_DOWN_PROJ_ON_CUBLAS = "ours, down on cuBLAS"
+OURS_BASELINE_BUILD = "ours, baseline build"
 
 
 @triton.jit
@@ -168,8 +171,19 @@ BUILDERS[EAGER_AND_OURS_HOST_PATH] = lambda forwards: _eager_and(forwards, _ours
 BUILDERS[OURS_DOWN_PROJ_ON_CUBLAS] = lambda forwards: _ours_down_proj_on_cublas(forwards.forwards[OURS])
 ARMS = (
     EAGER, EAGER_ON_INSTANCE, OURS, OURS_DOWN_PROJ_ON_CUBLAS, EAGER_AND_ATEN_LAUNCH, EAGER_AND_TRITON_LAUNCH,
-    EAGER_AND_OURS_HOST_PATH, LIGER, COMPILE,
+    EAGER_AND_OURS_HOST_PATH, LIGER, COMPILE, OURS_BASELINE_BUILD,
 )
+
+
+def _baseline_build_forwards(kernel_dir: Path):
+    """A BUILDERS entry: the kernelized forward of the build in ``kernel_dir``, bound on each MLP (what kernelize
+    binds)."""
+
+    def build(forwards) -> list:
+        baseline = load_kernel(kernel_dir).module
+        return [types.MethodType(baseline.layers.GeGLUMLP.forward, m) for m in forwards.mlps]
+
+    return build
 #: The op in which the host waits for a step's result (``bool(tensor)`` in generate's stop check).
 HOST_WAIT_OP = "aten::_local_scalar_dense"
 #: Chrome-trace categories of launch calls, by the CUDA API they go through.
@@ -461,15 +475,26 @@ def main() -> None:
         "timed warm and right after a model forward",
     )
     parser.add_argument(
-        "--arms", nargs="+", choices=ARMS, default=list(ARMS),
-        help="the arms to time (eager's among them: the ratios are to it); ours is built for the control arms "
+        "--arms", nargs="+", choices=ARMS, default=None,
+        help="the arms to time (eager's among them: the ratios are to it; default: all, the baseline build's where "
+        "one is given); ours is built for the control arms "
         "whether timed or not. On the CPU, where Triton kernels are interpreted, leave out the arms that launch "
         "them (ours, ours with the down projection on cuBLAS, eager + Triton launch, Liger)",
     )
+    parser.add_argument(
+        "--baseline-kernel-dir", type=Path, default=None,
+        help=f"another build, timed as the arm {OURS_BASELINE_BUILD!r} (required by that arm, and adds it)",
+    )
     args = parser.parse_args()
+    arms = ARMS if args.baseline_kernel_dir else tuple(arm for arm in ARMS if arm != OURS_BASELINE_BUILD)
+    args.arms = args.arms or list(arms)
     if EAGER not in args.arms:
         parser.error(f"--arms must include {EAGER!r}: every ratio is to it")
-    model, forwards, device = probe_model(args, ARMS)
+    if OURS_BASELINE_BUILD in args.arms and not args.baseline_kernel_dir:
+        parser.error(f"the arm {OURS_BASELINE_BUILD!r} needs --baseline-kernel-dir")
+    if args.baseline_kernel_dir:
+        BUILDERS[OURS_BASELINE_BUILD] = _baseline_build_forwards(args.baseline_kernel_dir.resolve())
+    model, forwards, device = probe_model(args, arms)
     ours = forwards.forwards.get(OURS)  # for the cold stage, whether ours is a timed arm or not
     for arm in set(forwards.available) - set(args.arms):
         del forwards.forwards[arm]
