@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -193,6 +194,43 @@ EXPECTED_SHAPES = {
     "geglu_down_proj": (3, 5, 8),
     "gelu_and_mul": (3, 5, 20),
 }
+
+
+def _plain_mlp_operands(device):
+    x, gate_weight, up_weight = randn(2, 16, device=device), randn(24, 16, device=device), randn(24, 16, device=device)
+    return [x, gate_weight, up_weight, randn(16, 24, device=device), None, None, None]
+
+
+def _negated(tensor):
+    """The tensor's values as a lazily negated view (a real view of a complex tensor's negated imaginary part)."""
+    view = torch.complex(torch.zeros_like(tensor), -tensor).conj().imag
+    assert view.is_neg()
+    return view
+
+
+PLAIN_MLP_EXCLUSIONS = {  # each call geglu_mlp must send down its general path: (change to the operands, context)
+    "a bias": (lambda ops: ops.__setitem__(6, randn(16, device=ops[0].device)), None),
+    "float64 x": (lambda ops: ops.__setitem__(0, ops[0].double()), None),
+    "x of another width": (lambda ops: ops.__setitem__(0, randn(2, 8, device=ops[0].device)), None),
+    "a meta x": (lambda ops: ops.__setitem__(0, ops[0].to("meta")), None),
+    "a negated weight": (lambda ops: ops.__setitem__(3, _negated(ops[3])), None),
+    "x requiring grad": (lambda ops: ops[0].requires_grad_(), None),
+    "autocast": (None, lambda device: torch.autocast(device.split(":")[0], dtype=torch.bfloat16)),
+    "forward-mode AD": (None, lambda device: torch.autograd.forward_ad.dual_level()),
+}
+
+
+@pytest.mark.parametrize("exclusion", [None, *PLAIN_MLP_EXCLUSIONS])
+def test_only_the_plain_inference_mlp_call_skips_the_general_path(kernel, device, exclusion):
+    """geglu_mlp's one-pass test for its common call (no biases, plain well-formed tensors, nothing to record or
+    cast) is True for that call and False for each call the general path must see."""
+    operands = _plain_mlp_operands(device)
+    change, context = PLAIN_MLP_EXCLUSIONS.get(exclusion, (None, None))
+    if change is not None:
+        change(operands)
+    with context(device) if context is not None else contextlib.nullcontext():
+        plain = kernel.functional._is_plain_inference_mlp(*operands, "tanh")
+    assert plain is (exclusion is None)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)

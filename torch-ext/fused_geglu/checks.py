@@ -36,6 +36,12 @@ _functorch_transforms_active = torch._C._are_functorch_transforms_active
 _jit_tracing = torch._C._is_tracing
 
 
+def unsupported_transform_active() -> bool:
+    """Whether this call runs under forward-mode AD, a torch.func transform or ``torch.jit.trace``
+    (``check_no_unsupported_transform``)."""
+    return forward_ad._current_level >= 0 or _functorch_transforms_active() or _jit_tracing()
+
+
 def check_no_unsupported_transform() -> None:
     """Refuse, by name, a call under forward-mode AD (inside ``forward_ad.dual_level``), a torch.func transform
     (vmap, grad, jvp, ...) or ``torch.jit.trace``.
@@ -50,7 +56,7 @@ def check_no_unsupported_transform() -> None:
     ask (``functional._needs_registered_op`` returns first under
     torch.compile, whose graph the tracing flag would break).
     """
-    if forward_ad._current_level >= 0 or _functorch_transforms_active() or _jit_tracing():
+    if unsupported_transform_active():
         raise UnsupportedTransform(
             "fused-geglu's functions do not support forward-mode AD, torch.func transforms (vmap, grad, jvp, "
             "jacrev, ...) or torch.jit.trace: use eager PyTorch inside them (a kernelized GeGLU MLP does so by itself)"
@@ -187,26 +193,33 @@ def check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate: str
     _check_bias("up_bias", up_bias, bias_shape, "x", x)
 
 
-def check_mlp(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, approximate: str) -> None:
-    """``check_linear``'s operands, and down_proj's: weight [out, intermediate] (nn.Linear's layout), bias [out] or None.
-
-    Every tensor has x's dtype and device.
-    """
-    check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate)
+def mlp_is_well_formed(x, gate_weight, up_weight, down_weight, approximate: str) -> bool:
+    """``check_mlp``'s rules for the common call (no biases), tested as ``_projections_are_well_formed`` tests
+    ``check_linear``'s: True only where every rule holds."""
+    if not (_projections_are_well_formed(x, gate_weight, up_weight, approximate) and isinstance(down_weight, torch.Tensor)):
+        return False
     try:
-        well_formed = (  # the common call, in one expression (see _projections_are_well_formed)
-            down_bias is None
-            and isinstance(down_weight, torch.Tensor)
-            and down_weight.layout is torch.strided
+        return (
+            down_weight.layout is torch.strided
             and down_weight.dim() == 2
             and down_weight.shape[1] == gate_weight.shape[0]
             and down_weight.dtype == x.dtype
             and down_weight.device == x.device
         )
     except RuntimeError:  # a nested tensor of the strided layout has no .shape
-        well_formed = False
-    if well_formed:
+        return False
+
+
+def check_mlp(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, approximate: str) -> None:
+    """``check_linear``'s operands, and down_proj's: weight [out, intermediate] (nn.Linear's layout), bias [out] or None.
+
+    Every tensor has x's dtype and device.
+    """
+    if gate_bias is None and up_bias is None and down_bias is None and mlp_is_well_formed(
+        x, gate_weight, up_weight, down_weight, approximate
+    ):
         return
+    check_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate)
     _check_tensor("down_weight", down_weight)
     if down_weight.dim() != 2 or down_weight.shape[1] != gate_weight.shape[0]:
         raise ValueError(

@@ -26,6 +26,8 @@ from .checks import (
     check_no_unsupported_transform,
     check_out,
     concat_output_shape,
+    mlp_is_well_formed,
+    unsupported_transform_active,
 )
 
 
@@ -49,6 +51,44 @@ def _needs_registered_op(*tensors: Optional[torch.Tensor]) -> bool:
         if tensor is not None and (type(tensor) not in PLAIN_TENSOR_TYPES or tensor.is_meta or tensor.is_neg()):
             return True
     return False
+
+
+def _is_plain_inference_mlp(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, approximate) -> bool:
+    """Whether a ``geglu_mlp`` call is the common inference call, which goes straight to the implementation: no
+    biases, well-formed operands (``check_mlp``), plain tensors (no subclass, meta tensor or lazily negated view),
+    no gradient to record in grad mode, outside torch.compile, autocast and the transforms the kernels refuse.
+
+    The answer of ``_autocast``, ``check_mlp``, ``_needs_registered_op`` and ``needs_gradient`` for that call,
+    read in one pass: inside a whole model's decode each of those functions costs the host several times its
+    loop time, the first touch of its code and data (PERFORMANCE v39-v40). Anything else, bad input included,
+    is False, and ``geglu_mlp`` then takes the general path, which names a problem.
+    """
+    if (
+        gate_bias is not None
+        or up_bias is not None
+        or down_bias is not None
+        or torch.compiler.is_compiling()
+        or not mlp_is_well_formed(x, gate_weight, up_weight, down_weight, approximate)
+    ):
+        return False
+    plain = PLAIN_TENSOR_TYPES
+    if not (type(x) in plain and type(gate_weight) in plain and type(up_weight) in plain and type(down_weight) in plain):
+        return False
+    # One device for all four (mlp_is_well_formed): x's tells autocast's state and a meta call.
+    device_type = "cuda" if x.is_cuda else x.device.type
+    return not (
+        x.is_meta
+        or torch.is_autocast_enabled(device_type)
+        or unsupported_transform_active()
+        or x.is_neg()
+        or gate_weight.is_neg()
+        or up_weight.is_neg()
+        or down_weight.is_neg()
+        or (
+            torch.is_grad_enabled()
+            and (x.requires_grad or gate_weight.requires_grad or up_weight.requires_grad or down_weight.requires_grad)
+        )
+    )
 
 
 def needs_gradient(*tensors: Optional[torch.Tensor]) -> bool:
@@ -245,6 +285,8 @@ def geglu_mlp(
     Returns:
         ``[..., hidden]``.
     """
+    if _is_plain_inference_mlp(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, approximate):
+        return ops.geglu_mlp_impl(x, gate_weight, up_weight, down_weight, None, None, None, approximate)
     operands = _autocast((x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias))
     x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias = operands
     check_mlp(*operands, approximate)
