@@ -29,9 +29,10 @@ in four stages (``--stages``, all by default):
     profile  one generate per arm under torch.profiler (the host's wait for each step's result, the
              kernels' GPU time, each kernel's start on the GPU against its launch call) and cProfile
     cold     pieces of one decode MLP call (eager's whole, ours' whole and without launches, ours' checks,
-             an allocation, the down projection on ours' GEMM and on F.linear), and an empty call for the
-             timing's own cost, timed warm, in a loop of the piece alone, and cold, each call right after a
-             forward of the whole model
+             an allocation, the down projection on ours' GEMM and on F.linear; the baseline build's whole,
+             with and without launches, where one is given), and an empty call for the timing's own cost,
+             timed warm, in a loop of the piece alone, and cold, each call right after a forward of the
+             whole model
 
 v38 (PERFORMANCE.md): the host never waits for the GPU in generate (0.05 ms a
 token), every kernel starts 8-10 us after its launch call whichever CUDA API
@@ -407,7 +408,7 @@ def profiled_arms(forwards, run, device: torch.device) -> dict:
     return {"profiled_generate": profiled, "python_profiled_generate": python_profiled}
 
 
-def cold_host_path(model, forwards, ours: list, device: torch.device) -> dict:
+def cold_host_path(model, forwards, ours: list, device: torch.device, baseline: list | None = None) -> dict:
     """Pieces of a decode MLP call timed on the host warm and cold: what a piece costs inside a model.
 
     Warm: the piece called over and over, as ``host_time.py`` times it. Cold:
@@ -416,7 +417,8 @@ def cold_host_path(model, forwards, ours: list, device: torch.device) -> dict:
     model's code and data pass through the CPU's caches between two calls of
     one MLP. Each figure is the median of ``COLD_SAMPLES`` calls, timed one
     by one (perf_counter_ns around the call, the same for both). ``ours``: the
-    kernelized forwards, one per MLP.
+    kernelized forwards, one per MLP; ``baseline``: a baseline build's, whose
+    whole MLP, with and without its launches, is timed beside ours'.
     """
     forwards.use(EAGER)
     mlp = forwards.mlps[0]
@@ -440,8 +442,13 @@ def cold_host_path(model, forwards, ours: list, device: torch.device) -> dict:
         "down projection: ops.linear_impl, its launch skipped": lambda: down_proj_host_path(h, down, None),
         "down projection: F.linear (cuBLAS on a GPU)": lambda: F.linear(h, down),
     }
+    if baseline is not None:
+        baseline_host_path = _gemm_launches_skipped(baseline, baseline[0])
+        pieces["the baseline build's MLP"] = lambda: baseline[0](x)
+        pieces["the baseline build's MLP, its GEMM launches skipped"] = lambda: baseline_host_path(x)
     if device.type == "cpu":  # where ours' kernels are interpreted (or replaced by PyTorch): their host paths only
         del pieces["ours' MLP (the kernelized forward)"], pieces["down projection: ops.linear_impl (ours' plain GEMM)"]
+        pieces.pop("the baseline build's MLP", None)
     token = torch.zeros(1, 1, dtype=torch.long, device=device)
 
     def median_us(piece, before) -> float:
@@ -496,6 +503,7 @@ def main() -> None:
         BUILDERS[OURS_BASELINE_BUILD] = _baseline_build_forwards(args.baseline_kernel_dir.resolve())
     model, forwards, device = probe_model(args, arms)
     ours = forwards.forwards.get(OURS)  # for the cold stage, whether ours is a timed arm or not
+    baseline = forwards.forwards.get(OURS_BASELINE_BUILD)
     for arm in set(forwards.available) - set(args.arms):
         del forwards.forwards[arm]
     prompt = torch.randint(model.config.vocab_size, (1, 32), device=device)
@@ -529,7 +537,7 @@ def main() -> None:
         if "cold" in args.stages and ours is None:
             print(f"cold host path: skipped, ours did not build ({forwards.status[OURS]['reason']})")
         elif "cold" in args.stages:
-            result["cold_host_path"] = cold_host_path(model, forwards, ours, device)
+            result["cold_host_path"] = cold_host_path(model, forwards, ours, device, baseline)
     result["threads"] = [thread.name for thread in threading.enumerate()]
     print(f"threads alive: {result['threads']}")
     args.out.write_text(json.dumps(result, indent=1))
