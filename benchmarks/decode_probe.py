@@ -522,6 +522,12 @@ def main() -> None:
         "switch_interval_s": sys.getswitchinterval(),
         "status": forwards.status,
         "arms": list(forwards.available),
+        # The kernel packages as loaded (their names carry the build's id: its git revision, or a digest).
+        "kernel_packages": {
+            arm: sys.modules[built[0].__func__.__module__].__package__
+            for arm, built in ((OURS, ours), (OURS_BASELINE_BUILD, baseline))
+            if built is not None
+        },
     }
     with torch.no_grad(), garbage_collector_paused():
         for arm in forwards.available:  # first calls (kernel compiles, Liger's autotuning) before any timing
