@@ -42,7 +42,9 @@ model 1.045x its time with eager's MLP. The three control arms take that
 apart: one Triton launch per layer, ours' host path without its launches,
 and, for scale, one more ATen kernel. v39 (H100): the rest slows by 1.9-3.1%
 with ours' host path, by 0-1.5% with a Triton launch; cold, every piece of
-ours' path costs 4-9x its warm time, eager's MLP 1.5x.
+ours' path costs 4-9x its warm time, eager's MLP 1.5x. v40 (H100): with the common inference call decided in
+one pass, ours' call in generate costs 0.89-0.90x the previous build's in the same rounds
+(--baseline-kernel-dir, benchmarks/device/decode_before_after.sh).
 
     python benchmarks/decode_probe.py --kernel-dir build --out decode_probe.json [--stages split] [--arms ...]
 """
