@@ -107,10 +107,15 @@ def _eager_and(forwards, then) -> list:
     return [bound(module, index) for index, module in enumerate(forwards.mlps)]
 
 
+def _kernel_package(ours: list) -> str:
+    """The name of the kernel package that kernelize loaded for ours (``ours``: its forwards, one per MLP; the
+    name carries the build's id)."""
+    return sys.modules[ours[0].__func__.__module__].__package__  # GeGLUMLP.forward's module, bound by kernelize
+
+
 def _kernel_module(ours: list, name: str) -> types.ModuleType:
-    """A module of the kernel package that kernelize loaded for ours (``ours``: its forwards, one per MLP)."""
-    layers = sys.modules[ours[0].__func__.__module__]  # GeGLUMLP.forward, bound by kernelize
-    return sys.modules[f"{layers.__package__}.{name}"]
+    """A module of the kernel package that kernelize loaded for ours."""
+    return sys.modules[f"{_kernel_package(ours)}.{name}"]
 
 
 def _aten_launch(forwards):
@@ -187,6 +192,8 @@ def _baseline_build_forwards(kernel_dir: Path):
         return [types.MethodType(baseline.layers.GeGLUMLP.forward, m) for m in forwards.mlps]
 
     return build
+
+
 #: The op in which the host waits for a step's result (``bool(tensor)`` in generate's stop check).
 HOST_WAIT_OP = "aten::_local_scalar_dense"
 #: Chrome-trace categories of launch calls, by the CUDA API they go through.
@@ -265,6 +272,15 @@ def python_profiled_generate(run) -> dict:
     }
 
 
+#: The parts of a token's host time that the split stage pairs with eager's (and the baseline build's).
+SPLIT_PARTS = ("total", "mlp", "rest")
+
+
+def _paired_ratio(values: list[float], reference: list[float]) -> float:
+    """The median of the round-by-round ratios: the host's drift between rounds cancels."""
+    return statistics.median(value / ref for value, ref in zip(values, reference))
+
+
 def mlp_host_split(forwards, run, device: torch.device) -> dict:
     """``run()`` (generate) in turns with every MLP's calls timed on the host: what a token costs in the MLPs, and
     in everything else.
@@ -312,12 +328,7 @@ def mlp_host_split(forwards, run, device: torch.device) -> dict:
     split = {
         arm: {
             **{f"{part}_median": statistics.median(values) for part, values in figures.items()},
-            **{
-                f"{part}_ratio_to_eager": statistics.median(
-                    value / eager for value, eager in zip(figures[part], samples[EAGER][part])
-                )
-                for part in ("total", "mlp", "rest")
-            },
+            **{f"{part}_ratio_to_eager": _paired_ratio(figures[part], samples[EAGER][part]) for part in SPLIT_PARTS},
             "samples": figures,
         }
         for arm, figures in samples.items()
@@ -329,6 +340,13 @@ def mlp_host_split(forwards, run, device: torch.device) -> dict:
             f"(x{figures['mlp_ratio_to_eager']:.3f}, {figures['mlp_call_us_median']:.1f} us a call), rest "
             f"{figures['rest_median']:6.2f} (x{figures['rest_ratio_to_eager']:.3f})"
         )
+    if OURS in samples and OURS_BASELINE_BUILD in samples:  # before and after, in the same rounds
+        ours, baseline = samples[OURS], samples[OURS_BASELINE_BUILD]
+        parts = (*SPLIT_PARTS, "mlp_call_us")
+        split[OURS]["ratio_to_baseline_build"] = {part: _paired_ratio(ours[part], baseline[part]) for part in parts}
+        print("generate host split, ours against the baseline build, paired: " + ", ".join(
+            f"{part} x{ratio:.3f}" for part, ratio in split[OURS]["ratio_to_baseline_build"].items()
+        ))
     return split
 
 
@@ -353,10 +371,7 @@ def timed_rounds(forwards, loops: dict, device: torch.device) -> dict:
             arm: {
                 "tokens_per_s": statistics.median(tokens_per_s[loop][arm]),
                 "thread_cpu_ms_per_token": statistics.median(cpu_ms_per_token[loop][arm]),
-                # Within each round against eager's sample of the same round: the host's drift between rounds cancels.
-                "tokens_per_s_ratio_to_eager": statistics.median(
-                    value / eager for value, eager in zip(tokens_per_s[loop][arm], tokens_per_s[loop][EAGER])
-                ),
+                "tokens_per_s_ratio_to_eager": _paired_ratio(tokens_per_s[loop][arm], tokens_per_s[loop][EAGER]),
             }
             for arm in arms
         }
@@ -492,7 +507,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--baseline-kernel-dir", type=Path, default=None,
-        help=f"another build, timed as the arm {OURS_BASELINE_BUILD!r} (required by that arm, and adds it)",
+        help=f"another build: the arm {OURS_BASELINE_BUILD!r} (timed by default, or where --arms names it), and "
+        "beside ours in the cold stage",
     )
     args = parser.parse_args()
     arms = ARMS if args.baseline_kernel_dir else tuple(arm for arm in ARMS if arm != OURS_BASELINE_BUILD)
@@ -524,11 +540,8 @@ def main() -> None:
         "switch_interval_s": sys.getswitchinterval(),
         "status": forwards.status,
         "arms": list(forwards.available),
-        # The kernel packages as loaded (their names carry the build's id: its git revision, or a digest).
         "kernel_packages": {
-            arm: sys.modules[built[0].__func__.__module__].__package__
-            for arm, built in ((OURS, ours), (OURS_BASELINE_BUILD, baseline))
-            if built is not None
+            arm: _kernel_package(built) for arm, built in ((OURS, ours), (OURS_BASELINE_BUILD, baseline)) if built
         },
     }
     with torch.no_grad(), garbage_collector_paused():
