@@ -53,6 +53,12 @@ def _needs_registered_op(*tensors: Optional[torch.Tensor]) -> bool:
     return False
 
 
+def _device_type(x: torch.Tensor) -> str:
+    """x's device type, as autocast keys its state (ROCm tensors are "cuda" too), without a torch.device object
+    for GPU tensors."""
+    return "cuda" if x.is_cuda else x.device.type
+
+
 def _is_plain_inference_mlp(x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, approximate) -> bool:
     """Whether a ``geglu_mlp`` call is the common inference call, which goes straight to the implementation: no
     biases, well-formed operands (``check_mlp``), plain tensors (no subclass, meta tensor or lazily negated view),
@@ -75,10 +81,9 @@ def _is_plain_inference_mlp(x, gate_weight, up_weight, down_weight, gate_bias, u
     if not (type(x) in plain and type(gate_weight) in plain and type(up_weight) in plain and type(down_weight) in plain):
         return False
     # One device for all four (mlp_is_well_formed): x's tells autocast's state and a meta call.
-    device_type = "cuda" if x.is_cuda else x.device.type
     return not (
         x.is_meta
-        or torch.is_autocast_enabled(device_type)
+        or torch.is_autocast_enabled(_device_type(x))
         or unsupported_transform_active()
         or x.is_neg()
         or gate_weight.is_neg()
@@ -117,7 +122,7 @@ def _autocast(operands: tuple) -> tuple:
     x = operands[0]
     if not isinstance(x, torch.Tensor) or x.is_meta:
         return operands
-    device_type = "cuda" if x.is_cuda else x.device.type  # (ROCm tensors are "cuda" too) without a torch.device object
+    device_type = _device_type(x)
     if not torch.is_autocast_enabled(device_type):
         return operands
     dtype = torch.get_autocast_dtype(device_type)
