@@ -166,10 +166,15 @@ def _ours_host_path(ours: list):
 
 
 def _ours_down_proj_on_cublas(ours: list) -> list:
-    """Ours' forwards with the down projection's launch table empty for the call: ``F.linear`` (cuBLAS) runs it,
-    the fused GEMM the first half."""
+    """Ours' forwards with no launch of the GEMM kernel's plain form: ``F.linear`` (cuBLAS) runs the down
+    projection, the fused GEMM the first half."""
     gemm = _kernel_module(ours, "triton_gemm_kernels")
-    return [_with_global_replaced(gemm, "down_proj_config", lambda *args: None, forward) for forward in ours]
+    table_launch = gemm.table_launch
+
+    def gated_only(x_shape, n_out, strides, dtype, device_index, gated, *rest):
+        return table_launch(x_shape, n_out, strides, dtype, device_index, gated, *rest) if gated else None
+
+    return [_with_global_replaced(gemm, "table_launch", gated_only, forward) for forward in ours]
 
 
 BUILDERS[EAGER_ON_INSTANCE] = lambda forwards: [types.MethodType(type(m).forward, m) for m in forwards.mlps]

@@ -38,20 +38,22 @@ def _kernelized_mlp(kernel) -> GemmaStyleMLP:
 
 @pytest.fixture
 def launches(kernel, monkeypatch):
-    """The launches of the fused GEMM (gated and plain) and of the activation kernel made while the test runs."""
+    """The launches of the GEMM kernel ("fused GEMM" gated, "plain GEMM" not) and of the activation kernel
+    ("activation") made while the test runs."""
     made = []
-    for module, name in (
-        (kernel.triton_gemm_kernels, "launch_geglu_linear"),
-        (kernel.triton_gemm_kernels, "launch_linear"),
-        (kernel.triton_kernels, "launch_forward"),
-    ):
-        launch = getattr(module, name)
+    gemm, activation = kernel.triton_gemm_kernels, kernel.triton_kernels
+    launch_gemm, launch_forward = gemm.launch_gemm, activation.launch_forward
 
-        def counted(*args, _launch=launch, _name=name, **kwargs):
-            made.append(_name)
-            return _launch(*args, **kwargs)
+    def gemm_counted(launch, *operands):
+        made.append("fused GEMM" if dict(launch.options.constexprs)["GATED"] else "plain GEMM")
+        return launch_gemm(launch, *operands)
 
-        monkeypatch.setattr(module, name, counted)
+    def activation_counted(*args, **kwargs):
+        made.append("activation")
+        return launch_forward(*args, **kwargs)
+
+    monkeypatch.setattr(gemm, "launch_gemm", gemm_counted)
+    monkeypatch.setattr(activation, "launch_forward", activation_counted)
     return made
 
 
@@ -70,7 +72,7 @@ def test_a_captured_kernelized_mlp_replays_new_inputs_as_it_runs_eagerly(kernel,
     tables, device = kernel.device_tables, kernel.device_tables.describe_device(0)
     fused = tables.gemm_config(tokens, WEIGHT_BYTES, device) is not None
     assert fused or tokens > 64 or device.shared_memory < tables.SM90_SHARED_MEMORY
-    expected = ["launch_geglu_linear" if fused else "launch_forward"] + ["launch_linear"] * (
+    expected = ["fused GEMM" if fused else "activation"] + ["plain GEMM"] * (
         tables.down_proj_gemm_config(tokens, WEIGHT_BYTES, device) is not None
     )
     with torch.no_grad():

@@ -36,30 +36,32 @@ def device():
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _count_launches(kernel, monkeypatch, name: str) -> list:
-    """The launches made through ``triton_gemm_kernels.<name>`` while the test runs (each a token count)."""
+def _count_launches(kernel, monkeypatch, gated: bool) -> list:
+    """The GEMM kernel's launches, gated (the fused first half) or plain (the down projection), made while the
+    test runs (each a token count)."""
     gemm = kernel.triton_gemm_kernels
     launches = []
-    launch = getattr(gemm, name)
+    launch_gemm = gemm.launch_gemm
 
-    def counting_launch(x, *args, **kwargs):
-        launches.append(math.prod(x.shape[:-1]))
-        return launch(x, *args, **kwargs)
+    def counting_launch(launch, *operands):
+        if dict(launch.options.constexprs)["GATED"] is gated:
+            launches.append(launch.scalars[0])
+        return launch_gemm(launch, *operands)
 
-    monkeypatch.setattr(gemm, name, counting_launch)
+    monkeypatch.setattr(gemm, "launch_gemm", counting_launch)
     return launches
 
 
 @pytest.fixture
 def fused_launches(kernel, monkeypatch):
     """The fused GEMM launches made while the test runs (each a token count)."""
-    return _count_launches(kernel, monkeypatch, "launch_geglu_linear")
+    return _count_launches(kernel, monkeypatch, gated=True)
 
 
 @pytest.fixture
 def down_proj_launches(kernel, monkeypatch):
     """The plain GEMM launches (down projections) made while the test runs (each a token count)."""
-    return _count_launches(kernel, monkeypatch, "launch_linear")
+    return _count_launches(kernel, monkeypatch, gated=False)
 
 
 def _assert_within_eager_error(out, eager, exact):
@@ -204,13 +206,13 @@ def test_fused_gate_up_weight_halves_are_read_in_place(kernel, device, monkeypat
     gate_up_weight = torch.cat([gate_weight, up_weight])
     gate_up_bias = torch.cat([gate_bias, up_bias]) if bias else None
     gemm, weights_read = kernel.triton_gemm_kernels, []
-    launch = gemm.launch_geglu_linear
+    launch_gemm = gemm.launch_gemm
 
-    def recording_launch(x, gate, up, *args):
+    def recording_launch(launch, x, gate, up, *args):
         weights_read.append((gate.data_ptr(), up.data_ptr()))
-        return launch(x, gate, up, *args)
+        return launch_gemm(launch, x, gate, up, *args)
 
-    monkeypatch.setattr(gemm, "launch_geglu_linear", recording_launch)
+    monkeypatch.setattr(gemm, "launch_gemm", recording_launch)
     with torch.no_grad():
         fused = kernel.geglu_linear_concat(x, gate_up_weight, gate_up_bias, approximate="none")
         separate = kernel.geglu_linear(x, gate_weight, up_weight, gate_bias, up_bias, approximate="none")
@@ -438,7 +440,7 @@ def test_down_projections_of_large_weights_take_cublas(kernel, device, down_proj
     """Past its class's weight limit cuBLAS's GEMV is as fast: a weight one byte over it takes F.linear."""
     tables = kernel.device_tables
     operands = _mlp_operands((1,), 40, 70, dtype=torch.bfloat16, device=device)
-    caches = (kernel.triton_gemm_kernels.down_proj_config, tables.down_proj_gemm_config)
+    caches = (kernel.triton_gemm_kernels.table_launch, tables.down_proj_gemm_config)
     try:
         for limit, expected in ((operands[3].nbytes, [1]), (operands[3].nbytes - 1, [])):
             limited = tuple(
@@ -471,6 +473,63 @@ def test_geglu_mlp_with_a_gradient_takes_the_training_path(kernel, device, down_
     assert down_proj_launches == []
     for mine, theirs in zip(ours, eager):
         assert rel_error(mine.grad, theirs.grad) <= 2e-2
+
+
+def _padded(matrix: torch.Tensor) -> torch.Tensor:
+    """The same values with rows 8 elements apart beyond their length: a unit column stride, not contiguous."""
+    padded = torch.zeros(*matrix.shape[:-1], matrix.shape[-1] + 8, dtype=matrix.dtype, device=matrix.device)
+    padded[..., : matrix.shape[-1]] = matrix
+    return padded[..., : matrix.shape[-1]]
+
+
+def _column_major(matrix: torch.Tensor) -> torch.Tensor:
+    """The same values stored column by column: rows without a unit stride."""
+    return matrix.t().contiguous().t()
+
+
+def _set(index: int, change):
+    """A change of the operand at ``index`` of geglu_mlp's operands."""
+
+    def apply(operands: list) -> None:
+        operands[index] = change(operands[index])
+
+    return apply
+
+
+def _each(*changes):
+    def apply(operands: list) -> None:
+        for change in changes:
+            change(operands)
+
+    return apply
+
+
+#: Operands of the GEMM kernel in other layouts: (the change, whether the first half still runs fused at
+#: n tokens, whether the down projection of one token still runs on the plain form). The kernel reads x,
+#: the weights and out by row strides: rows with a unit column stride (a row view) run on it; x without a
+#: row view (tokens transposed, which one token never is) and column-major weights go to cuBLAS.
+LAYOUTS = {
+    "x rows padded": (_set(0, _padded), lambda n: True, True),
+    "x tokens transposed": (_set(0, lambda x: x.transpose(0, 1)), lambda n: n == 1, True),
+    "weights rows padded": (_each(_set(1, _padded), _set(2, _padded), _set(3, _padded)), lambda n: True, True),
+    "up weight column-major": (_set(2, _column_major), lambda n: False, True),
+    "down weight column-major": (_set(3, _column_major), lambda n: True, False),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=str)
+@pytest.mark.parametrize("tokens_shape", [(1, 1), (2, 3)], ids=str)
+def test_gemm_operands_in_other_layouts(kernel, device, fused_launches, down_proj_launches, layout, tokens_shape):
+    """Each layout gives eager's result: through the GEMM kernel where its rows allow, else through cuBLAS."""
+    change, fused, plain_down_proj = LAYOUTS[layout]
+    operands = list(_mlp_operands(tokens_shape, 40, 24, dtype=torch.bfloat16, device=device))
+    change(operands)
+    with torch.no_grad():
+        out = kernel.geglu_mlp(*operands)
+    _assert_within_eager_error(out, _eager_mlp(*operands), _mlp64(*operands))
+    tokens = math.prod(tokens_shape)
+    assert fused_launches == ([tokens] if fused(tokens) else [])
+    assert down_proj_launches == ([1] if tokens == 1 and plain_down_proj else [])
 
 
 def test_geglu_mlp_empty_inputs(kernel, device):

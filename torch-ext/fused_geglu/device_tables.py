@@ -80,8 +80,7 @@ def describe_device(index: int) -> DeviceTraits:
 
 
 class GemmConfig(NamedTuple):
-    """One launch configuration of the GEMM kernel. A NamedTuple, not a dataclass: the launch plan's cache
-    hashes it on every call, and a tuple's hash runs in C, where a dataclass's is a Python call."""
+    """One launch configuration of the GEMM kernel."""
 
     block_m: int
     block_n: int

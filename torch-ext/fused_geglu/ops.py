@@ -186,33 +186,32 @@ def geglu_concat_backward_impl(grad_out, x, approximate: str) -> torch.Tensor:
     return grad_x
 
 
-def _gemm_config(x: torch.Tensor, weight: torch.Tensor, up_weight: Optional[torch.Tensor]):
-    """The launch table's configuration of the GEMM kernel for x through ``weight`` (gated with ``up_weight``,
-    plain where it is None), or None where the kernel does not run: off Triton, in a dtype without tensor-core
-    operands, through weights whose rows are not contiguous, for an empty output, or for a token count that the
-    device's table gives no class. The token cap goes first: it rejects prefill cheapest. A weight's rows
-    are contiguous where the whole weight is (an ``nn.Linear``'s: one test, a third of ``stride(-1)``'s
-    host time), else where its column stride is 1.
+def _table_launch(x, weight, up_weight, bias, up_bias, approximate: str):
+    """The GEMM kernel's launch for x through ``weight`` (gated with ``up_weight``, plain where it is None), or
+    None where the kernel does not run: off Triton, for a call that the device's table gives no class (see
+    ``triton_gemm_kernels.table_launch``), through weights whose rows are not contiguous, or for an x without a
+    row view (whose row stride it then reads x with; x's pointer is the view's).
+
+    This is the decode path: each operand is read once, and the token cap goes first, where it rejects prefill
+    cheapest. Contiguous operands (a decode call's: nn.Linear's weights, a fresh x) take one test each, and the
+    launch is then looked up on x's shape.
     """
     if not _runs_on_triton(x):
         return None
     gemm, gated = triton_gemm_kernels, up_weight is not None
     n_in, n_elements = x.shape[-1], x.numel()
-    eligible = (
-        0 < n_elements <= (gemm.FUSED_MAX_TOKENS if gated else gemm.DOWN_PROJ_MAX_TOKENS) * n_in
-        and weight.shape[0]
-        and x.dtype in gemm.FUSED_DTYPES
-        and (weight.is_contiguous() or weight.stride(-1) == 1)
-        and (not gated or up_weight.is_contiguous() or up_weight.stride(-1) == 1)
-    )
-    if not eligible:
+    if not 0 < n_elements <= (gemm.FUSED_MAX_TOKENS if gated else gemm.DOWN_PROJ_MAX_TOKENS) * n_in:
         return None
-    return (gemm.fused_config if gated else gemm.down_proj_config)(n_elements // n_in, weight.nbytes, x.get_device())
-
-
-def _fused_linear_operand(x: torch.Tensor) -> Optional[torch.Tensor]:
-    """x as the fused GEMM reads it (see launch_geglu_linear): as it is when contiguous, else its row view or None."""
-    return x if x.is_contiguous() else _row_view(x)
+    strides = None
+    if not (x.is_contiguous() and weight.is_contiguous() and (not gated or up_weight.is_contiguous())):
+        rows = _row_view(x)
+        up_strides = up_weight.stride() if gated else weight.stride()
+        if rows is None or weight.stride(-1) != 1 or up_strides[-1] != 1:
+            return None
+        strides = (rows.stride(0), weight.stride(0), up_strides[0])
+    return gemm.table_launch(
+        x.shape, weight.shape[0], strides, x.dtype, x.get_device(), gated, approximate, bias is not None, up_bias is not None
+    )
 
 
 def geglu_linear_impl(
@@ -231,16 +230,12 @@ def geglu_linear_impl(
     for this many tokens and weights of this size.
     Otherwise (or where Triton cannot compile it for the device) two GEMMs
     and the activation kernel (or its PyTorch fallback).
-
-    This is the decode path: each step below was chosen for its host cost
-    (one cached lookup for the configuration, no views for contiguous x).
     """
-    config = _gemm_config(x, gate_weight, up_weight)
-    fused_x = None if config is None else _fused_linear_operand(x)
-    if fused_x is not None:
-        out = x.new_empty(linear_output_shape(x, gate_weight))
+    launch = _table_launch(x, gate_weight, up_weight, gate_bias, up_bias, approximate)
+    if launch is not None:
+        out = x.new_empty(launch.out_shape)
         try:
-            triton_gemm_kernels.launch_geglu_linear(fused_x, gate_weight, up_weight, gate_bias, up_bias, out, approximate, config)
+            triton_gemm_kernels.launch_gemm(launch, x, gate_weight, up_weight, gate_bias, up_bias, out)
             return out
         except KernelUnavailable as error:
             _warn_of_fallback(error)
@@ -261,12 +256,11 @@ def linear_impl(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tens
     device) cuBLAS through ``F.linear``. Where it runs it takes about cuBLAS's GEMV's GPU time (0.83-1.03x) and less
     host time (docs/PERFORMANCE.md, v14 and v28's corrections).
     """
-    config = _gemm_config(x, weight, None)
-    operand = None if config is None else _fused_linear_operand(x)
-    if operand is not None:
-        out = x.new_empty(linear_output_shape(x, weight))
+    launch = _table_launch(x, weight, None, bias, None, "none")
+    if launch is not None:
+        out = x.new_empty(launch.out_shape)
         try:
-            triton_gemm_kernels.launch_linear(operand, weight, bias, out, config)
+            triton_gemm_kernels.launch_gemm(launch, x, weight, weight, bias, None, out)
             return out
         except KernelUnavailable as error:
             _warn_of_fallback(error)

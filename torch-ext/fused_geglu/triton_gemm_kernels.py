@@ -63,7 +63,8 @@ the store, as cuBLAS's epilogue does.
 from __future__ import annotations
 
 import functools
-from typing import Optional
+import math
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -194,7 +195,6 @@ def mlp_gemm_kernel(
     tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :], out, mask=mask)
 
 
-@functools.lru_cache(maxsize=256)
 def fused_config(n_tokens: int, weight_bytes: int, device_index: int) -> Optional[GemmConfig]:
     """The configuration to run the fused kernel with for this many tokens through weights of this size
     (one projection's) on this device, or None where it should not run.
@@ -203,26 +203,33 @@ def fused_config(n_tokens: int, weight_bytes: int, device_index: int) -> Optiona
     the device has enough shared memory, and the fused kernel beats two
     cuBLAS GEMMs and the activation kernel. ``device_index`` is a tensor's
     ``get_device()`` (-1: the interpreter, which runs the H200's table).
-    Cached on the three integers: one lookup per call.
     """
     return gemm_config(n_tokens, weight_bytes, describe_device(device_index))
 
 
-@functools.lru_cache(maxsize=256)
 def down_proj_config(n_tokens: int, weight_bytes: int, device_index: int) -> Optional[GemmConfig]:
     """The plain form's configuration for a down projection of this many tokens through a weight of this size,
     or None: cuBLAS runs it.
 
     Only one token has one, for small weights (``device_tables.DOWN_PROJ_TABLES``), on every device
-    (the interpreter's included, so that the CPU tests exercise it). Cached as ``fused_config`` is.
+    (the interpreter's included, so that the CPU tests exercise it).
     """
     return down_proj_gemm_config(n_tokens, weight_bytes, describe_device(device_index))
 
 
-@functools.lru_cache(maxsize=1024)
-def _launch_plan(
-    n_tokens: int,
-    n_out: int,
+class GemmLaunch(NamedTuple):
+    """One call's launch of ``mlp_gemm_kernel``: the shape of the output it writes, its grid, its integer
+    arguments (n_tokens, n_out, n_in, then the row strides of x, the weight, the up weight and out) and its
+    constexprs and launch options."""
+
+    out_shape: tuple[int, ...]
+    grid: tuple[int, int, int]
+    scalars: tuple[int, ...]
+    options: LaunchOptions
+
+
+def plan_launch(
+    out_shape: tuple[int, ...],
     n_in: int,
     strides: tuple[int, int, int, int],
     config: GemmConfig,
@@ -230,8 +237,11 @@ def _launch_plan(
     approximate: str,
     has_bias: bool,
     has_up_bias: bool,
-) -> tuple[tuple[int, int, int], LaunchOptions]:
-    """Grid and constexprs of one launch (cached: one lookup per call, no Python arithmetic on the way)."""
+) -> GemmLaunch:
+    """The launch of ``config`` for an output of ``out_shape`` (M = the product of its leading dimensions)
+    from x [M, n_in], with these row strides of x, the weights and out."""
+    n_out = out_shape[-1]
+    n_tokens = math.prod(out_shape[:-1])
     matrices = ((n_tokens, n_in), (n_out, n_in), (n_out, n_in), (n_tokens, n_out))
     int64_offsets = needs_int64_offsets(*((rows, cols, stride) for (rows, cols), stride in zip(matrices, strides)))
     options = LaunchOptions(
@@ -251,7 +261,38 @@ def _launch_plan(
         num_stages=config.num_stages,
     )
     grid = (triton.cdiv(n_tokens, config.block_m) * triton.cdiv(n_out, config.block_n), 1, 1)
-    return grid, options
+    return GemmLaunch(out_shape, grid, (n_tokens, n_out, n_in, *strides), options)
+
+
+@functools.lru_cache(maxsize=1024)
+def table_launch(
+    x_shape: tuple[int, ...],
+    n_out: int,
+    strides: Optional[tuple[int, int, int]],
+    dtype: torch.dtype,
+    device_index: int,
+    gated: bool,
+    approximate: str,
+    has_bias: bool,
+    has_up_bias: bool,
+) -> Optional[GemmLaunch]:
+    """The launch the device's table gives a call of x [..., n_in] through weights [n_out, n_in], or None where
+    the kernel does not run it: a dtype without tensor-core operands, no element, or no class of the table
+    (``fused_config`` gated, ``down_proj_config`` plain) for this many tokens and weights of this size.
+
+    ``strides``: the row strides of x, the weight and the up weight, or None where all three are contiguous
+    (then x and out are read with any leading shape, as ``launch_geglu_linear`` says). Cached: a decode call
+    costs one lookup here, on what it reads of its operands once.
+    """
+    n_in = x_shape[-1]
+    n_tokens = math.prod(x_shape[:-1])
+    if dtype not in FUSED_DTYPES or n_tokens == 0 or n_in == 0 or n_out == 0:
+        return None
+    choose = fused_config if gated else down_proj_config
+    config = choose(n_tokens, n_out * n_in * dtype.itemsize, device_index)
+    if config is None:
+        return None
+    return plan_launch((*x_shape[:-1], n_out), n_in, (*(strides or (n_in,) * 3), n_out), config, gated, approximate, has_bias, has_up_bias)
 
 
 _launch_mlp_gemm_kernel = Launcher(mlp_gemm_kernel)
@@ -268,22 +309,21 @@ def _unit_stride(bias: torch.Tensor) -> torch.Tensor:
     return bias if bias.stride(0) == 1 else bias.contiguous()
 
 
-def _launch(x, weight, up_weight, bias, up_bias, out, gated: bool, approximate: str, config: GemmConfig) -> None:
-    """One launch of ``mlp_gemm_kernel``; x and out as ``launch_geglu_linear`` takes them."""
-    n_in, n_out = x.shape[-1], weight.shape[0]
-    n_tokens = out.numel() // n_out
-    # Every matrix contiguous (the decode call: nn.Linear's weights, a fresh x and out) in one test;
-    # is_contiguous() costs the host 0.1 us a call at decode, stride() 0.3 and each function call more.
-    if x.is_contiguous() and out.is_contiguous() and weight.is_contiguous() and up_weight.is_contiguous():
-        strides = (n_in, n_in, n_in, n_out)
-    else:
-        strides = (_row_stride(x, n_in), _row_stride(weight, n_in), _row_stride(up_weight, n_in), _row_stride(out, n_out))
-    grid, options = _launch_plan(
-        n_tokens, n_out, n_in, strides, config, gated, approximate, bias is not None, up_bias is not None
-    )
+def launch_gemm(launch: GemmLaunch, x, weight, up_weight, bias, up_bias, out) -> None:
+    """``launch`` on these operands: x and out as ``launch_geglu_linear`` takes them, out of ``launch.out_shape``;
+    plain, ``up_weight`` is ``weight`` and ``up_bias`` None (neither is read)."""
     # Without a bias the kernel never reads its pointer: pass out in its place.
     biases = (out if bias is None else _unit_stride(bias), out if up_bias is None else _unit_stride(up_bias))
-    _launch_mlp_gemm_kernel(grid, (x, weight, up_weight, *biases, out), (n_tokens, n_out, n_in, *strides), options)
+    _launch_mlp_gemm_kernel(launch.grid, (x, weight, up_weight, *biases, out), launch.scalars, launch.options)
+
+
+def _launch_with(config: GemmConfig, x, weight, up_weight, bias, up_bias, out, gated: bool, approximate: str) -> None:
+    """One launch of ``config`` (tuning's: any configuration, any operands ``launch_geglu_linear`` takes)."""
+    n_in, n_out = x.shape[-1], weight.shape[0]
+    strides = (_row_stride(x, n_in), _row_stride(weight, n_in), _row_stride(up_weight, n_in), _row_stride(out, n_out))
+    out_shape = (out.numel() // n_out, n_out)
+    launch = plan_launch(out_shape, n_in, strides, config, gated, approximate, bias is not None, up_bias is not None)
+    launch_gemm(launch, x, weight, up_weight, bias, up_bias, out)
 
 
 def launch_geglu_linear(
@@ -296,22 +336,19 @@ def launch_geglu_linear(
     approximate: str,
     config: GemmConfig,
 ) -> None:
-    """out [..., N] = GeGLU of x [..., K] through the weights [N, K]; every matrix with unit column stride,
-    biases [N] (or None) of any stride.
+    """out [..., N] = GeGLU of x [..., K] through the weights [N, K] with ``config``; every matrix with unit column
+    stride, biases [N] (or None) of any stride. For tuning and tests; ``ops`` launches ``table_launch``'s.
 
     x and out are each either 2-D [M, K] / [M, N] (any row stride) or
     contiguous with any leading shape (M = the product of the leading
     dimensions): the kernel reads them as [M, K] and [M, N] without a view.
-    ``config``: from ``fused_config``, or any other (for tuning).
     """
-    _launch(x, gate_weight, up_weight, gate_bias, up_bias, out, True, approximate, config)
+    _launch_with(config, x, gate_weight, up_weight, gate_bias, up_bias, out, True, approximate)
 
 
 def launch_linear(
     x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], out: torch.Tensor, config: GemmConfig
 ) -> None:
-    """out [..., N] = x [..., K] W^T + b, W [N, K] with unit column stride; x and out as ``launch_geglu_linear``'s.
-
-    ``config``: from ``down_proj_config``, or any other (for tuning).
-    """
-    _launch(x, weight, weight, bias, None, out, False, "none", config)
+    """out [..., N] = x [..., K] W^T + b with ``config``, W [N, K] with unit column stride; x and out as
+    ``launch_geglu_linear``'s. For tuning and tests."""
+    _launch_with(config, x, weight, weight, bias, None, out, False, "none")
