@@ -8,7 +8,7 @@ of ROUNDS, the cases taking turns, the garbage collector off.
 
 Cases:
 - the activation kernel (``geglu`` on [1, 256] bf16) and the fused GEMM
-  (``launch_geglu_linear``, 1 token, Gemma3 1B dims): the direct launch
+  (``launch_gemm`` with the table's launch, 1 token, Gemma3 1B dims): the direct launch
   (``Launcher.direct``, where ``direct_launch_supported()``) against every
   launch through Triton's ``kernel[grid]`` (issue 12, item 3: keep the
   direct path only where it pays);
@@ -41,7 +41,6 @@ import types
 from pathlib import Path
 
 import torch
-import triton
 from triton.runtime import driver
 
 from geglu_triton.benchmarking.environment import load_kernel, utc_now, versions
@@ -88,17 +87,17 @@ def fastest_rounds(cases: dict) -> dict:
 
 
 def launch_cases(kernel) -> dict:
-    gemm, tables = kernel.triton_gemm_kernels, kernel.device_tables
+    gemm = kernel.triton_gemm_kernels
     g, u = (torch.randn(1, 256, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     x = torch.randn(1, GEMMA3_1B.hidden, device="cuda", dtype=torch.bfloat16)
     w_gate, w_up = (
         torch.randn(GEMMA3_1B.intermediate, GEMMA3_1B.hidden, device="cuda", dtype=torch.bfloat16) for _ in range(2)
     )
     h = torch.empty(1, GEMMA3_1B.intermediate, device="cuda", dtype=torch.bfloat16)
-    config = tables.gemm_config(1, w_gate.nbytes, tables.describe_device(x.get_device()))
+    launch = gemm.table_launch(x.shape, w_gate.shape[0], None, x.dtype, x.get_device(), True, "tanh", False, False)
 
     def fused_gemm():
-        gemm.launch_geglu_linear(x, w_gate, w_up, None, None, h, "tanh", config)
+        gemm.launch_gemm(launch, x, w_gate, w_up, None, None, h)
 
     direct, dispatch = contextlib.nullcontext, lambda: triton_dispatch(kernel)
     return {
@@ -140,7 +139,9 @@ def stage_cases(kernel, model: MLPModel) -> dict:
     gate = module.gate_proj(x)
     x_rows, h_rows = x.view(-1, model.hidden), hidden.view(-1, model.intermediate)
     h_vector = hidden.view(model.intermediate)
-    config = kernel.device_tables.gemm_config(1, gate_w.nbytes, kernel.device_tables.describe_device(x.get_device()))
+    table_launch = kernel.triton_gemm_kernels.table_launch(
+        x.shape, gate_w.shape[0], None, x.dtype, x.get_device(), True, "tanh", False, False
+    )
     layers, ops = kernel.layers, kernel.ops
     # The direct launcher's parts, on the launch just made (Launcher.__call__ for what they are).
     launcher_module, launcher = kernel.triton_launcher, kernel.triton_gemm_kernels._launch_mlp_gemm_kernel
@@ -149,7 +150,7 @@ def stage_cases(kernel, model: MLPModel) -> dict:
     backend = launcher._backends[x.get_device()]
     launch_tensors = (x_rows, gate_w, up_w, h_rows, h_rows, h_rows)
     n_out, n_in = model.intermediate, model.hidden
-    grid = (triton.cdiv(n_out, config.block_n), 1, 1)
+    grid = table_launch.grid
     stream = driver.active.get_current_stream(x.get_device())
     launch_args = (
         *[t.data_ptr() for t in launch_tensors], 1, n_out, n_in, n_in, n_in, n_in, n_out, *options.constexpr_values
@@ -171,8 +172,8 @@ def stage_cases(kernel, model: MLPModel) -> dict:
         "functional.geglu_linear": lambda: kernel.functional.geglu_linear(x, gate_w, up_w),
         "checks.check_linear": lambda: kernel.checks.check_linear(x, gate_w, up_w, None, None, "tanh"),
         "ops.geglu_linear_impl": lambda: ops.geglu_linear_impl(x, gate_w, up_w, None, None, "tanh"),
-        "launch_geglu_linear (views made)": lambda: kernel.triton_gemm_kernels.launch_geglu_linear(
-            x_rows, gate_w, up_w, None, None, h_rows, "tanh", config
+        "launch_gemm (the table's launch)": lambda: kernel.triton_gemm_kernels.launch_gemm(
+            table_launch, x, gate_w, up_w, None, None, hidden
         ),
         "launcher: current device (Triton's driver)": lambda: driver.active.get_current_device(),
         "launcher: current stream (Triton's driver)": lambda: driver.active.get_current_stream(0),

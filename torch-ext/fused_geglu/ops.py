@@ -209,9 +209,8 @@ def _table_launch(x, weight, up_weight, bias, up_bias, approximate: str):
         if rows is None or weight.stride(-1) != 1 or up_strides[-1] != 1:
             return None
         strides = (rows.stride(0), weight.stride(0), up_strides[0])
-    return gemm.table_launch(
-        x.shape, weight.shape[0], strides, x.dtype, x.get_device(), gated, approximate, bias is not None, up_bias is not None
-    )
+    has_biases = (bias is not None, up_bias is not None)
+    return gemm.table_launch(x.shape, weight.shape[0], strides, x.dtype, x.get_device(), gated, approximate, *has_biases)
 
 
 def geglu_linear_impl(

@@ -228,6 +228,7 @@ class GemmLaunch(NamedTuple):
     options: LaunchOptions
 
 
+@functools.lru_cache(maxsize=1024)
 def plan_launch(
     out_shape: tuple[int, ...],
     n_in: int,
@@ -239,7 +240,8 @@ def plan_launch(
     has_up_bias: bool,
 ) -> GemmLaunch:
     """The launch of ``config`` for an output of ``out_shape`` (M = the product of its leading dimensions)
-    from x [M, n_in], with these row strides of x, the weights and out."""
+    from x [M, n_in], with these row strides of x, the weights and out. Cached: the tuning tools launch one
+    configuration over and over (``launch_geglu_linear``), at the host cost of a decode call's launch."""
     n_out = out_shape[-1]
     n_tokens = math.prod(out_shape[:-1])
     matrices = ((n_tokens, n_in), (n_out, n_in), (n_out, n_in), (n_tokens, n_out))
@@ -292,7 +294,8 @@ def table_launch(
     config = choose(n_tokens, n_out * n_in * dtype.itemsize, device_index)
     if config is None:
         return None
-    return plan_launch((*x_shape[:-1], n_out), n_in, (*(strides or (n_in,) * 3), n_out), config, gated, approximate, has_bias, has_up_bias)
+    row_strides = (*(strides or (n_in,) * 3), n_out)  # out: fresh, contiguous
+    return plan_launch((*x_shape[:-1], n_out), n_in, row_strides, config, gated, approximate, has_bias, has_up_bias)
 
 
 _launch_mlp_gemm_kernel = Launcher(mlp_gemm_kernel)
@@ -310,8 +313,9 @@ def _unit_stride(bias: torch.Tensor) -> torch.Tensor:
 
 
 def launch_gemm(launch: GemmLaunch, x, weight, up_weight, bias, up_bias, out) -> None:
-    """``launch`` on these operands: x and out as ``launch_geglu_linear`` takes them, out of ``launch.out_shape``;
-    plain, ``up_weight`` is ``weight`` and ``up_bias`` None (neither is read)."""
+    """``launch`` (``table_launch``'s or ``plan_launch``'s) on these operands, whose rows the kernel reads from
+    their pointers with the launch's row strides; plain, ``up_weight`` is ``weight`` and ``up_bias`` None
+    (neither is read)."""
     # Without a bias the kernel never reads its pointer: pass out in its place.
     biases = (out if bias is None else _unit_stride(bias), out if up_bias is None else _unit_stride(up_bias))
     _launch_mlp_gemm_kernel(launch.grid, (x, weight, up_weight, *biases, out), launch.scalars, launch.options)
