@@ -497,6 +497,8 @@ def _set(index: int, change):
 
 
 def _each(*changes):
+    """The changes, one after another."""
+
     def apply(operands: list) -> None:
         for change in changes:
             change(operands)
