@@ -190,7 +190,7 @@ def _table_launch(x, weight, up_weight, bias, up_bias, approximate: str):
     """The GEMM kernel's launch for x through ``weight`` (gated with ``up_weight``, plain where it is None), or
     None where the kernel does not run: off Triton, for a call that the device's table gives no class (see
     ``triton_gemm_kernels.table_launch``), through weights whose rows are not contiguous, or for an x without a
-    row view (whose row stride it then reads x with; x's pointer is the view's).
+    row view. A non-contiguous x is read from its own pointer with its row view's stride.
 
     This is the decode path: each operand is read once, and the token cap goes first, where it rejects prefill
     cheapest. Contiguous operands (a decode call's: nn.Linear's weights, a fresh x) take one test each, and the
@@ -204,11 +204,10 @@ def _table_launch(x, weight, up_weight, bias, up_bias, approximate: str):
         return None
     strides = None
     if not (x.is_contiguous() and weight.is_contiguous() and (not gated or up_weight.is_contiguous())):
-        rows = _row_view(x)
-        up_strides = up_weight.stride() if gated else weight.stride()
-        if rows is None or weight.stride(-1) != 1 or up_strides[-1] != 1:
+        rows, up = _row_view(x), up_weight if gated else weight  # plain: the up pointer is the weight's, unread
+        if rows is None or weight.stride(-1) != 1 or up.stride(-1) != 1:
             return None
-        strides = (rows.stride(0), weight.stride(0), up_strides[0])
+        strides = (rows.stride(0), weight.stride(0), up.stride(0))
     has_biases = (bias is not None, up_bias is not None)
     return gemm.table_launch(x.shape, weight.shape[0], strides, x.dtype, x.get_device(), gated, approximate, *has_biases)
 
