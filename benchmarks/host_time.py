@@ -180,8 +180,8 @@ def stage_cases(kernel, model: MLPModel) -> dict:
         "launcher: specialization key of the 6 pointer arguments": lambda: launcher_module.specialization_key(
             backend, launch_tensors, launcher._tensor_flags
         ),
-        "launcher: tensor_key of the 6 pointer arguments (what it keys on)": lambda: launcher_module.tensor_key(
-            backend, launch_tensors, [t.data_ptr() for t in launch_tensors], launcher._tensor_flags
+        "launcher: tensor_key of the 6 pointer arguments (their addresses and what it keys on)": lambda: (
+            launcher_module.tensor_key(backend, launcher._native_tensor_keys, launch_tensors, launcher._tensor_flags)
         ),
         "launcher: compiled.run alone": lambda: compiled.run(
             *grid, stream, compiled.function, compiled.packed_metadata, None, None, None, *launch_args

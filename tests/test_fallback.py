@@ -61,6 +61,7 @@ def _compilers_fail(kernel, monkeypatch, launcher_names) -> list[OutOfSharedMemo
         monkeypatch.setattr(launcher, "kernel", failing[-1])
         monkeypatch.setattr(launcher, "_unavailable", {})
         monkeypatch.setattr(launcher, "_compiled", {})
+        monkeypatch.setattr(launcher, "_launches", {})
     return failing
 
 

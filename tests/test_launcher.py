@@ -103,9 +103,9 @@ def _options(module, block=16, flag=True, num_warps=4):
 def test_second_call_launches_the_compiled_kernel_directly(launcher_module):
     jit, launch = _direct_launcher(launcher_module)
     buffer = torch.empty(64)
-    launch((4,), (buffer,), (32,), _options(launcher_module))
-    launch((8,), (buffer,), (48,), _options(launcher_module))
-    assert jit.dispatches == [((4,), (buffer, 32), {"BLOCK": 16, "FLAG": True, "num_warps": 4})]
+    launch((4, 1, 1), (buffer,), (32,), _options(launcher_module))
+    launch((8, 1, 1), (buffer,), (48,), _options(launcher_module))
+    assert jit.dispatches == [((4, 1, 1), (buffer, 32), {"BLOCK": 16, "FLAG": True, "num_warps": 4})]
     # Every bound argument, constexprs included, in signature order, pointers as addresses; the grid
     # as three axes. Without a launch hook there is no launch metadata (Triton's would return None).
     assert jit.direct_launches == [((8, 1, 1), (buffer.data_ptr(), 48, 16, True), STREAM, None, None)]
@@ -132,8 +132,8 @@ def test_cuda_pointers_travel_as_addresses(launcher_module):
     """CUDA and ROCm launchers take integers as they are (a tensor costs them a driver query per pointer)."""
     jit, launch = _direct_launcher(launcher_module)
     first, second = FakeCudaTensor(0x7F0000000000), FakeCudaTensor(0x7F0000001000)
-    launch((4,), (first,), (32,), _options(launcher_module))
-    launch((4,), (second,), (32,), _options(launcher_module))
+    launch((4, 1, 1), (first,), (32,), _options(launcher_module))
+    launch((4, 1, 1), (second,), (32,), _options(launcher_module))
     assert jit.dispatches[0][1] == (first, 32)  # Triton's own dispatch still sees the tensor
     assert jit.direct_launches[0][1] == (0x7F0000001000, 32, 16, True)
 
@@ -182,7 +182,7 @@ def test_every_launch_runs_on_its_tensors_device(launcher_module, monkeypatch, d
     jit, launch = _direct_launcher(launcher_module)
     tensor = FakeTensorOnDevice(0x7F0000000000, index=device_count - 1)
     for _ in range(3):
-        launch((4,), (tensor,), (32,), _options(launcher_module))
+        launch((4, 1, 1), (tensor,), (32,), _options(launcher_module))
     assert len(jit.dispatches) == 1 and len(jit.direct_launches) == 2
     if device_count == 1:
         assert device_module.made_current == [] and len(asked) == 1
@@ -197,7 +197,7 @@ def test_launch_hooks_get_their_metadata(launcher_module, monkeypatch):
     jit, launch = _direct_launcher(launcher_module)
     buffer = torch.empty(64)
     for _ in range(2):
-        launch((2,), (buffer,), (32,), _options(launcher_module))
+        launch((2, 1, 1), (buffer,), (32,), _options(launcher_module))
     expected_args = (buffer.data_ptr(), 32, 16, True)
     assert jit.direct_launches == [((2, 1, 1), expected_args, STREAM, ("metadata", (2, 1, 1)), hook)]
 
@@ -218,8 +218,8 @@ def test_launch_hooks_get_their_metadata(launcher_module, monkeypatch):
 def test_a_new_specialization_goes_through_triton(launcher_module, changed_tensors, changed_scalars, changed_options):
     jit, launch = _direct_launcher(launcher_module)
     buffer = torch.empty(64)
-    launch((4,), (buffer,), (32,), _options(launcher_module))
-    launch((4,), changed_tensors(buffer), changed_scalars, _options(launcher_module, **changed_options))
+    launch((4, 1, 1), (buffer,), (32,), _options(launcher_module))
+    launch((4, 1, 1), changed_tensors(buffer), changed_scalars, _options(launcher_module, **changed_options))
     assert len(jit.dispatches) == 2 and jit.direct_launches == []
 
 
@@ -229,7 +229,7 @@ def test_without_direct_launch_every_call_goes_through_triton(launcher_module):
     launch.direct = False
     buffer = torch.empty(8)
     for _ in range(3):
-        launch((1,), (buffer,), (8,), _options(launcher_module))
+        launch((1, 1, 1), (buffer,), (8,), _options(launcher_module))
     assert len(jit.dispatches) == 3 and jit.direct_launches == []
 
 
@@ -267,10 +267,10 @@ def test_a_configuration_that_does_not_compile_is_unavailable_from_then_on(launc
     buffer = torch.empty(64)
     for _ in range(2):
         with pytest.raises(launcher_module.KernelUnavailable, match="OutOfResources"):
-            launch((4,), (buffer,), (32,), _options(launcher_module))
+            launch((4, 1, 1), (buffer,), (32,), _options(launcher_module))
     assert len(jit.dispatches) == 1
     with pytest.raises(launcher_module.KernelUnavailable):  # another configuration is still tried
-        launch((4,), (buffer,), (32,), _options(launcher_module, block=32))
+        launch((4, 1, 1), (buffer,), (32,), _options(launcher_module, block=32))
     assert len(jit.dispatches) == 2
 
 
@@ -344,7 +344,7 @@ def test_tensor_keys_separate_every_case_triton_separates(launcher_module):
     for flags in [(False, True, True), (True, True, True), (False, True, False), (False, False, True)]:
         keys = {}
         for tensor in tensors:
-            ours = launcher_module.tensor_key(backend, (tensor,), [tensor.data_ptr()], (flags,))
+            ours = launcher_module.tensor_key(backend, True, (tensor,), (flags,))[1]
             keys.setdefault(ours, set()).add(launcher_module.specialization_key(backend, (tensor,), (flags,)))
         assert all(len(tritons) == 1 for tritons in keys.values()), (flags, keys)
     assert backend.supports_native_tensor_specialization
@@ -359,8 +359,33 @@ def test_rocm_tensor_keys_are_tritons_own(launcher_module, monkeypatch):
     monkeypatch.setattr(launcher_module, "specialization_key", lambda *args: asked.append(args) or ("triton's key",))
     tensor = torch.empty(2**31 + 64, dtype=torch.bfloat16, device="meta")
     flags = ((False, True, True),)
-    assert launcher_module.tensor_key(backend, (tensor,), [0], flags) == ("triton's key",)
+    assert launcher_module.tensor_key(backend, False, (tensor,), flags)[1] == ("triton's key",)
     assert asked == [(backend, (tensor,), flags)]
+
+
+def test_a_tensor_passed_again_is_keyed_as_if_read_again(launcher_module):
+    """The launches pass one tensor in several slots (a missing bias's): read once, it gets the addresses and
+    the key that reading it in every slot gives."""
+    backend = make_backend(BACKENDS["cuda"])
+    storage = torch.empty(4096, dtype=torch.float16)
+    first, second, third = storage[8:], storage[1:].float(), storage
+    flags = ((False, True, True),) * 6
+    for tensors in [(first, first, second, third, third, third), (first, second, first, second, third, first)]:
+        pointers = [t.data_ptr() for t in tensors]
+        read_in_every_slot = (tuple(t.dtype for t in tensors), tuple(address % 16 == 0 for address in pointers))
+        assert launcher_module.tensor_key(backend, True, tensors, flags) == (pointers, read_in_every_slot)
+
+
+def test_launches_remembered_by_their_arguments_are_bounded(launcher_module, monkeypatch):
+    """Past MAX_LAUNCH_KEYS argument sets the launcher forgets them and starts over, and still launches directly."""
+    monkeypatch.setattr(launcher_module, "MAX_LAUNCH_KEYS", 2)
+    jit, launch = _direct_launcher(launcher_module)
+    buffer = torch.empty(64)
+    sizes = [32, 48, 64, 80, 96]  # one specialization: divisible by 16
+    for size in sizes:
+        launch((1, 1, 1), (buffer,), (size,), _options(launcher_module))
+    assert len(jit.dispatches) == 1 and len(launch._launches) <= 2
+    assert [args[1] for _, args, *_ in jit.direct_launches] == sizes[1:]
 
 
 # --- the version and backend gate ---------------------------------------------------------------------
@@ -417,9 +442,9 @@ def test_empty_launch_hook_chains_are_not_called(launcher_module, monkeypatch):
     jit, launch = _direct_launcher(launcher_module)
     buffer = torch.empty(64)
     for _ in range(2):
-        launch((2,), (buffer,), (32,), _options(launcher_module))
+        launch((2, 1, 1), (buffer,), (32,), _options(launcher_module))
     assert jit.direct_launches[-1][3:] == (None, None)
     hook = lambda metadata: None  # noqa: E731 - a profiler registers one
     chains.runtime.launch_enter_hook.add(hook)
-    launch((2,), (buffer,), (32,), _options(launcher_module))
+    launch((2, 1, 1), (buffer,), (32,), _options(launcher_module))
     assert jit.direct_launches[-1][3:] == (("metadata", (2, 1, 1)), chains.runtime.launch_enter_hook)

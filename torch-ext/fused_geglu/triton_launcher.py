@@ -21,7 +21,10 @@ equality to 1 on CUDA; on ROCm also whether a tensor's storage fits in 2 GiB
 one (CUDA), a tensor's part of the key is read directly: its dtype and its
 address's alignment, what that function reads (``tensor_key``).
 Add the constexprs and the launch options, and the key separates every case
-Triton separates.
+Triton separates. A launch finds its compiled kernel by its integers as they
+are, beside its tensors' part of the key: the integers' own key is built
+once per new set of them (a new shape), whose first launch then finds the
+compiled kernel of its specialization.
 
 The direct path runs only where it was verified: the CUDA and ROCm backends
 (their launchers take pointers as integers) with the Triton releases in
@@ -71,8 +74,8 @@ DIRECT_LAUNCH_BACKENDS = frozenset({"cuda", "hip"})
 #: when it decorates them: through its knobs where it has them ("1", "true", "on"), else as "1".
 RUNS_INTERPRETED = knobs.runtime.interpret if knobs is not None else os.environ.get("TRITON_INTERPRET") == "1"
 
-#: Specialization keys of integer arguments a launcher remembers (one per shape seen, about).
-MAX_SCALAR_KEYS = 4096
+#: Launches a launcher remembers by their arguments (one per shape seen, about).
+MAX_LAUNCH_KEYS = 4096
 
 #: What Triton raises when a configuration does not compile or load on the device. Compiled, an
 #: MLIR pass failure or a driver refusal (too many resources requested) is a RuntimeError; the
@@ -107,22 +110,6 @@ def direct_launch_supported() -> bool:
     )
 
 
-def _hooks_to_call() -> tuple[Any, Any]:
-    """The launch enter and exit hooks (profilers'), each None where calling it would call nothing.
-
-    Triton 3.6-3.9 keep them in HookChains, empty unless a hook is
-    registered: an empty chain would be called for nothing, and the launch
-    metadata built for it never read. A hook set in a chain's place is a
-    plain callable (no ``calls``), always called.
-    """
-    runtime = knobs.runtime
-    enter_hook, exit_hook = runtime.launch_enter_hook, runtime.launch_exit_hook
-    return (
-        enter_hook if enter_hook is not None and getattr(enter_hook, "calls", True) else None,
-        exit_hook if exit_hook is not None and getattr(exit_hook, "calls", True) else None,
-    )
-
-
 def parameter_flags(kernel: Any) -> tuple[tuple[bool, bool, bool], ...]:
     """(is_const, specialize, align) of each non-constexpr parameter, as Triton's dispatch passes them."""
     return tuple(
@@ -132,21 +119,31 @@ def parameter_flags(kernel: Any) -> tuple[tuple[bool, bool, bool], ...]:
     )
 
 
-def tensor_key(backend: Any, tensors: tuple, pointers: list[int], flags: tuple[tuple[bool, bool, bool], ...]) -> tuple:
-    """What Triton's dispatch specializes these tensor arguments on, from their dtypes and ``pointers`` where it can.
+def tensor_key(backend: Any, native: bool, tensors: tuple, flags: tuple[tuple[bool, bool, bool], ...]) -> tuple:
+    """The tensors' addresses, which the launch passes, and what Triton's dispatch specializes them on.
 
-    A backend with native tensor specialization (``supports_native_tensor_specialization``:
-    CUDA's) keys a tensor by two things, its dtype and whether its address is
-    a multiple of 16, the parameter's flags being fixed: the same two, read
-    here from the addresses the launch passes anyway, separate every case it
-    separates, at half the cost of asking it per tensor (1.5 against 3.0 us
-    for the fused GEMM's six pointers on the H200 machine). Any other
-    backend (ROCm also keys whether the storage fits in 2 GiB) is asked per
-    tensor (``specialization_key``).
+    A backend with native tensor specialization (``native``: its
+    ``supports_native_tensor_specialization``, CUDA's) keys a tensor by two
+    things, its dtype and whether its address is a multiple of 16, the
+    parameter's flags being fixed: the same two, read here with the address,
+    separate every case it separates, at a fraction of the cost of asking it
+    per tensor. A tensor passed again in the next slot (the launches pass one
+    in each pointer slot a kernel will not read: a missing bias) is read once.
+    Any other backend (ROCm also keys whether the storage fits in 2 GiB) is
+    asked per tensor (``specialization_key``).
     """
-    if getattr(backend, "supports_native_tensor_specialization", False):  # read as Triton's C++ reads it
-        return tuple([t.dtype for t in tensors]), tuple([address & 15 == 0 for address in pointers])
-    return specialization_key(backend, tensors, flags)
+    if not native:
+        return [t.data_ptr() for t in tensors], specialization_key(backend, tensors, flags)
+    pointers, dtypes, aligned = [], [], []
+    previous = None
+    for tensor in tensors:
+        if tensor is not previous:
+            previous, address, dtype = tensor, tensor.data_ptr(), tensor.dtype
+            is_aligned = address & 15 == 0
+        pointers.append(address)
+        dtypes.append(dtype)
+        aligned.append(is_aligned)
+    return pointers, (tuple(dtypes), tuple(aligned))
 
 
 def specialization_key(backend: Any, args: tuple, flags: tuple[tuple[bool, bool, bool], ...]) -> tuple:
@@ -203,24 +200,32 @@ class Launcher:
 
     The kernel's parameters must be its pointer arguments, then its integer
     arguments, then its constexprs; a call passes them as ``tensors`` (the
-    first on the device to launch on), ``scalars`` and ``options``.
+    first on the device to launch on), ``scalars`` and ``options``, with a
+    grid of three axes. A direct launch is looked up by those arguments
+    themselves: their addresses, dtypes and integers, which is one dictionary
+    lookup per launch; a new set of them is matched to its specialization's
+    compiled kernel once.
     """
 
     def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
         self.direct = direct_launch_supported()
+        # (device index, options, tensors' key, integer arguments' key) -> the CompiledKernel Triton's dispatch made.
         self._compiled: dict[tuple, Any] = {}
+        # (device index, options, integer arguments, tensors' key) -> (run, function, packed metadata, compiled):
+        # what a direct launch calls, found by the arguments themselves (many shapes share one compiled kernel).
+        self._launches: dict[tuple, tuple] = {}
         self._backends: dict[int, Any] = {}  # device index -> Triton's backend (direct path only)
+        # Whether the backend keys tensors as tensor_key reads them (CUDA); set on the first direct launch.
+        self._native_tensor_keys = False
         self._tensor_flags = self._scalar_flags = ()  # parameter_flags(kernel), split; set on the first direct launch
-        # (device index, integer arguments) -> their specialization key, which depends on their values alone.
-        self._scalar_keys: dict[tuple, tuple] = {}
         self._unavailable: dict[tuple, str] = {}  # (device index, options.key) -> why it did not compile or launch
         # Whether a launch must make its tensors' device current first: until the first direct launch has
         # counted the devices, then only where there are several (with one, it always is the current one).
         self._several_devices = True
 
     def __call__(
-        self, grid: tuple[int, ...], tensors: tuple[torch.Tensor, ...], scalars: tuple[int, ...], options: LaunchOptions
+        self, grid: tuple[int, int, int], tensors: tuple[torch.Tensor, ...], scalars: tuple[int, ...], options: LaunchOptions
     ) -> None:
         # Triton launches on the current device: make the tensors' device current.
         index = tensors[0].get_device()
@@ -235,31 +240,60 @@ class Launcher:
         active = driver.active
         backend = self._backends.get(index)
         if backend is None:
-            backend = self._backends[index] = make_backend(active.get_current_target())
-            flags = parameter_flags(self.kernel)
-            self._tensor_flags, self._scalar_flags = flags[: len(tensors)], flags[len(tensors) :]
-            self._several_devices = torch.get_device_module(tensors[0].device).device_count() > 1
-        scalar_key = self._scalar_keys.get((index, scalars))
-        if scalar_key is None:
-            if len(self._scalar_keys) >= MAX_SCALAR_KEYS:  # many shapes seen: start over rather than grow
-                self._scalar_keys.clear()
-            scalar_key = self._scalar_keys[index, scalars] = specialization_key(backend, scalars, self._scalar_flags)
+            backend = self._start_direct_launches(index, len(tensors), tensors[0].device)
         # CUDA and ROCm launchers take a pointer as a plain integer as it is;
         # given a tensor, they call its data_ptr() and then ask the driver
         # whether the address is device memory (cuPointerGetAttribute), once
         # per pointer and per launch.
-        pointers = [t.data_ptr() for t in tensors]
-        key = (index, options, tensor_key(backend, tensors, pointers, self._tensor_flags), scalar_key)
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            self._compiled[key] = self._dispatch(grid, tensors, scalars, options, index)
+        pointers, tensors_key = tensor_key(backend, self._native_tensor_keys, tensors, self._tensor_flags)
+        launch = self._launches.get((index, options, scalars, tensors_key))
+        if launch is None:
+            launch = self._find_compiled(grid, tensors, scalars, options, index, backend, tensors_key)
+            if launch is None:  # compiled now, and launched by Triton's dispatch
+                return
+        run, function, packed_metadata, compiled = launch
+        stream = active.get_current_stream(index)
+        # The launch hooks (profilers'): Triton 3.6-3.9 keep them in HookChains, empty unless a hook is
+        # registered. An empty chain goes as None, as it would call nothing, and no launch metadata is built
+        # for it; a hook set in a chain's place is a plain callable (no ``calls``), always called.
+        runtime = knobs.runtime
+        enter_hook, exit_hook = runtime.launch_enter_hook, runtime.launch_exit_hook
+        if enter_hook is not None and not getattr(enter_hook, "calls", True):
+            enter_hook = None
+        if exit_hook is not None and not getattr(exit_hook, "calls", True):
+            exit_hook = None
+        if enter_hook is None:
+            run(*grid, stream, function, packed_metadata, None, None, exit_hook, *pointers, *scalars, *options.constexpr_values)
             return
         args = (*pointers, *scalars, *options.constexpr_values)
-        grid_xyz = grid + (1,) * (3 - len(grid))
-        stream = active.get_current_stream(index)
-        enter_hook, exit_hook = _hooks_to_call()
-        metadata = None if enter_hook is None else compiled.launch_metadata(grid_xyz, stream, *args)
-        compiled.run(*grid_xyz, stream, compiled.function, compiled.packed_metadata, metadata, enter_hook, exit_hook, *args)
+        metadata = compiled.launch_metadata(grid, stream, *args)
+        run(*grid, stream, function, packed_metadata, metadata, enter_hook, exit_hook, *args)
+
+    def _start_direct_launches(self, index: int, n_tensors: int, device: torch.device) -> Any:
+        """Triton's backend for device ``index``, made on the launcher's first direct launch there; the
+        kernel's parameter flags and the device count, read on its first direct launch anywhere."""
+        backend = self._backends[index] = make_backend(driver.active.get_current_target())
+        self._native_tensor_keys = getattr(backend, "supports_native_tensor_specialization", False)
+        flags = parameter_flags(self.kernel)
+        self._tensor_flags, self._scalar_flags = flags[:n_tensors], flags[n_tensors:]
+        self._several_devices = torch.get_device_module(device).device_count() > 1
+        return backend
+
+    def _find_compiled(self, grid, tensors, scalars, options, index: int, backend, tensors_key) -> Optional[tuple]:
+        """A launch's first call with these arguments: the compiled kernel of their specialization, remembered
+        for them (``_launches``), or None where there was none yet and Triton's dispatch compiled and launched it."""
+        scalar_key = specialization_key(backend, scalars, self._scalar_flags)
+        compiled_key = (index, options, tensors_key, scalar_key)
+        compiled = self._compiled.get(compiled_key)
+        if compiled is None:
+            self._compiled[compiled_key] = self._dispatch(grid, tensors, scalars, options, index)
+            return None
+        if len(self._launches) >= MAX_LAUNCH_KEYS:  # many shapes seen: start over rather than grow
+            self._launches.clear()
+        launch = self._launches[index, options, scalars, tensors_key] = (
+            compiled.run, compiled.function, compiled.packed_metadata, compiled
+        )
+        return launch
 
     def _dispatch(self, grid, tensors, scalars, options: LaunchOptions, index: int) -> Any:
         """Triton's own dispatch (compiling on a new specialization); KernelUnavailable where it cannot."""
