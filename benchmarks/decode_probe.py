@@ -131,7 +131,7 @@ def _triton_launch(forwards):
     launcher = launcher_module.Launcher(_store_zero_kernel)
     options = launcher_module.LaunchOptions(constexprs=(), num_warps=1)
     scratch = torch.empty(1, device=forwards.device)
-    return lambda x, index: launcher((1,), (scratch,), (), options)
+    return lambda x, index: launcher((1, 1, 1), (scratch,), (), options)
 
 
 def _with_global_replaced(module: types.ModuleType, name: str, replacement, call):
