@@ -223,6 +223,17 @@ def test_a_new_specialization_goes_through_triton(launcher_module, changed_tenso
     assert len(jit.dispatches) == 2 and jit.direct_launches == []
 
 
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_grid_without_three_axes_is_refused(launcher_module, direct):
+    """The direct path passes the grid's three axes to Triton's runner as they are: a shorter grid is a caller's
+    bug, refused where every launch starts (Triton's dispatch), before anything runs."""
+    jit, launch = _direct_launcher(launcher_module)
+    launch.direct = direct
+    with pytest.raises(ValueError, match="three axes"):
+        launch((4,), (torch.empty(64),), (32,), _options(launcher_module))
+    assert jit.dispatches == []
+
+
 def test_without_direct_launch_every_call_goes_through_triton(launcher_module):
     jit = FakeJITFunction()
     launch = launcher_module.Launcher(jit)

@@ -297,6 +297,8 @@ class Launcher:
 
     def _dispatch(self, grid, tensors, scalars, options: LaunchOptions, index: int) -> Any:
         """Triton's own dispatch (compiling on a new specialization); KernelUnavailable where it cannot."""
+        if len(grid) != 3:  # every call passes here first (or always, off the direct path), where it is cheap
+            raise ValueError(f"{self.kernel.__name__}: a launch's grid has three axes, got {grid}")
         try:
             return self.kernel[grid](*tensors, *scalars, **options.as_kwargs())
         except UNAVAILABLE_ERRORS as error:
