@@ -41,9 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import time
-import types
 from pathlib import Path
 
 import torch
