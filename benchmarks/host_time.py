@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import time
 import types
 from pathlib import Path
 
@@ -47,43 +46,12 @@ from geglu_triton.benchmarking.environment import load_kernel, utc_now, versions
 from geglu_triton.benchmarking.grid import GEMMA3_1B, GEMMA3_4B, MLPModel
 from geglu_triton.benchmarking.host import triton_dispatch
 from geglu_triton.benchmarking.modules import GemmaStyleMLP
-from geglu_triton.benchmarking.timing import garbage_collector_paused, gpu_work
+from geglu_triton.benchmarking.timing import HOST_LOOP_CALLS, fastest_host_rounds, gpu_work
 
-#: Calls per round (at most five kernels each: 500 launches, inside CUDA's launch queue of ~1000) and rounds.
-CALLS = 100
 ROUNDS = 15
 #: Token counts of the MLP cases: decode, and prefill sizes around issue 15's wall-time cells.
 MLP_TOKENS = (1, 64, 256, 1024)
-#: The spin that keeps the GPU busy through a round: this many seconds at 2 GHz or less.
-SPIN_S = 0.1
 TARGET_RATIO = 0.7
-
-
-def host_us_per_call(fn) -> float:
-    """One round: the host's time per call, behind a GPU spin so that it never waits for the GPU."""
-    torch.cuda.synchronize()
-    torch.cuda._sleep(int(SPIN_S * 2e9))
-    start = time.perf_counter()
-    for _ in range(CALLS):
-        fn()
-    host = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return host / CALLS * 1e6
-
-
-def fastest_rounds(cases: dict) -> dict:
-    """Each case's fastest round, the cases in turns (slower rounds are other processes' doing)."""
-    for fn, setting in cases.values():  # warm up: compile, caches
-        with setting():
-            for _ in range(20):
-                fn()
-    best = {name: float("inf") for name in cases}
-    with garbage_collector_paused():
-        for _ in range(ROUNDS):
-            for name, (fn, setting) in cases.items():
-                with setting():
-                    best[name] = min(best[name], host_us_per_call(fn))
-    return best
 
 
 def launch_cases(kernel) -> dict:
@@ -229,7 +197,7 @@ def main() -> None:
         "direct_launch_supported": kernel.triton_launcher.direct_launch_supported(),
         "versions": versions(),
         "date": utc_now().isoformat(timespec="seconds"),
-        "method": f"fastest of {ROUNDS} rounds of {CALLS} calls, host time behind a GPU spin, cases in turns",
+        "method": f"fastest of {ROUNDS} rounds of {HOST_LOOP_CALLS} calls, host time behind a GPU spin, cases in turns",
         "launch_us": {},
         # The built modules' names carry the torch-ext tree each build is of (and _dirty where uncommitted).
         "kernel_module": kernel.__name__,
@@ -240,14 +208,14 @@ def main() -> None:
         "decode_stages_us": {},
     }
     with torch.no_grad():
-        results["launch_us"] = fastest_rounds(launch_cases(kernel))
+        results["launch_us"] = fastest_host_rounds(launch_cases(kernel), ROUNDS)
         for name, us in results["launch_us"].items():
             print(f"{name:52s} {us:7.2f} us/call")
         for model in (GEMMA3_1B, GEMMA3_4B):
             results["mlp_us"][model.name], results["mlp_kernels_per_call"][model.name] = {}, {}
             for tokens in MLP_TOKENS:
                 cases = mlp_cases(kernel, model, tokens, baseline)
-                row = fastest_rounds(cases)
+                row = fastest_host_rounds(cases, ROUNDS)
                 row["ratio kernelized/eager"] = row["kernelized, direct launch"] / row["eager"]
                 # Issue 15's host-time targets: 0.7x eager's at decode, at most eager's elsewhere.
                 row["meets target"] = row["ratio kernelized/eager"] <= (TARGET_RATIO if tokens == 1 else 1.0)
@@ -259,7 +227,7 @@ def main() -> None:
                 results["mlp_kernels_per_call"][model.name][tokens] = kernels
                 print(f"MLP {model.name} x{tokens} tokens: " + ", ".join(f"{name} {us:.3g}" for name, us in row.items()))
                 print("    kernels per call: " + ", ".join(f"{name} {count}" for name, count in kernels.items()))
-        results["decode_stages_us"] = fastest_rounds(stage_cases(kernel, GEMMA3_1B))
+        results["decode_stages_us"] = fastest_host_rounds(stage_cases(kernel, GEMMA3_1B), ROUNDS)
         for name, us in results["decode_stages_us"].items():
             print(f"stage (Gemma3 1B, 1 token) {name:60s} {us:7.2f} us/call")
     args.out.write_text(json.dumps(results, indent=1))

@@ -39,9 +39,9 @@ interpreter on a CPU: the kernel's logic, not its timing).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
-import time
 from pathlib import Path
 
 import torch
@@ -51,13 +51,11 @@ import triton.language as tl
 from geglu_triton.benchmarking.environment import device_name, load_kernel, utc_now, versions
 from geglu_triton.benchmarking.grid import GEMMA3_1B, GEMMA3_4B, MLPModel
 from geglu_triton.benchmarking.modules import GemmaStyleMLP
-from geglu_triton.benchmarking.timing import capture_graph, garbage_collector_paused, l2_cache_bytes
+from geglu_triton.benchmarking.timing import capture_graph, fastest_host_rounds, l2_cache_bytes
 
 #: Tile configurations tried: (BLOCK_N intermediate columns a program, BLOCK_K, BLOCK_H output rows a step, warps).
 CONFIGS = ((16, 512, 128, 4), (32, 256, 64, 4), (32, 512, 128, 8), (64, 256, 64, 8))
 ROUNDS = 15
-CALLS = 100
-SPIN_S = 0.1
 REPEATS = 20
 REPLAYS = 50
 
@@ -272,18 +270,6 @@ def gpu_us(calls: list) -> float:
     return start.elapsed_time(end) * 1e3 / REPLAYS / len(calls)
 
 
-def host_us(fn) -> float:
-    """Host time per call in one round: a loop of CALLS behind a GPU spin, so that the host never waits."""
-    torch.cuda.synchronize()
-    torch.cuda._sleep(int(SPIN_S * 2e9))
-    start = time.perf_counter()
-    for _ in range(CALLS):
-        fn()
-    host = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return host / CALLS * 1e6
-
-
 def measure(kernel, model: MLPModel, device) -> dict:
     """GPU and host time per call of eager, ours and the one-launch kernel at each configuration, one token."""
     mlp_bytes = 3 * model.hidden * model.intermediate * 2
@@ -326,14 +312,7 @@ def measure(kernel, model: MLPModel, device) -> dict:
             f"ours with {_arm_name(best_config, True)}": layer_with_one_launch,
             "ops.geglu_mlp_impl (ours' two launches, alone)": lambda: two_launch_impl(x, *_weights(module), None, None, None, "tanh"),
         }
-        for fn in host_arms.values():
-            for _ in range(20):
-                fn()
-        best = {name: float("inf") for name in host_arms}
-        with garbage_collector_paused():
-            for _ in range(ROUNDS):
-                for name, fn in host_arms.items():
-                    best[name] = min(best[name], host_us(fn))
+        best = fastest_host_rounds({name: (fn, contextlib.nullcontext) for name, fn in host_arms.items()}, ROUNDS)
         figures["host_us"] = best
         figures["best_config"] = best_config
     return figures

@@ -62,6 +62,40 @@ def garbage_collector_paused():
             gc.enable()
 
 
+#: A host-loop round's calls (at most five kernels each: 500 launches, inside CUDA's launch queue of ~1000).
+HOST_LOOP_CALLS = 100
+#: The spin that keeps the GPU busy through a host-loop round: this many seconds at 2 GHz or less.
+HOST_LOOP_SPIN_S = 0.1
+
+
+def host_us_per_call(fn: Callable[[], object]) -> float:
+    """One host-loop round: the host's time per call of ``fn``, behind a GPU spin so that it never waits for the GPU."""
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(HOST_LOOP_SPIN_S * 2e9))
+    start = time.perf_counter()
+    for _ in range(HOST_LOOP_CALLS):
+        fn()
+    host = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return host / HOST_LOOP_CALLS * 1e6
+
+
+def fastest_host_rounds(cases: dict, rounds: int) -> dict:
+    """Each case's fastest host-loop round (name -> (fn, a context manager factory to run it in)), the cases in
+    turns after 20 warm-up calls each (compiles, caches): slower rounds are other processes' doing."""
+    for fn, setting in cases.values():
+        with setting():
+            for _ in range(20):
+                fn()
+    best = {name: float("inf") for name in cases}
+    with garbage_collector_paused():
+        for _ in range(rounds):
+            for name, (fn, setting) in cases.items():
+                with setting():
+                    best[name] = min(best[name], host_us_per_call(fn))
+    return best
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
