@@ -330,7 +330,7 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
     models = (MLPModel("small", 96, 200),) if args.check_only else (GEMMA3_1B, GEMMA3_4B)
-    result: dict = {"device": device_name(device), "versions": versions(), "date": utc_now(), "models": {}}
+    result: dict = {"device": device_name(device), "versions": versions(), "date": utc_now().isoformat(timespec="seconds"), "models": {}}
     for model in models:
         checks = {_arm_name(c, ordered): check(kernel, model, c, ordered, device) for c in CONFIGS for ordered in (False, True)}
         figures = {"checks": checks}
