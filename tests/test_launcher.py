@@ -38,7 +38,7 @@ class FakeCompiledKernel:
 
     def run(self, grid_x, grid_y, grid_z, stream, function, packed_metadata, metadata, enter_hook, exit_hook, *args):
         assert (function, packed_metadata) == (self.function, self.packed_metadata)
-        self.launches.append(((grid_x, grid_y, grid_z), args, stream, metadata, enter_hook))
+        self.launches.append(((grid_x, grid_y, grid_z), args, stream, metadata, enter_hook, exit_hook))
 
 
 def _fake_kernel_source(ptr, n, BLOCK: tl.constexpr, FLAG: tl.constexpr):
@@ -108,7 +108,7 @@ def test_second_call_launches_the_compiled_kernel_directly(launcher_module):
     assert jit.dispatches == [((4, 1, 1), (buffer, 32), {"BLOCK": 16, "FLAG": True, "num_warps": 4})]
     # Every bound argument, constexprs included, in signature order, pointers as addresses; the grid
     # as three axes. Without a launch hook there is no launch metadata (Triton's would return None).
-    assert jit.direct_launches == [((8, 1, 1), (buffer.data_ptr(), 48, 16, True), STREAM, None, None)]
+    assert jit.direct_launches == [((8, 1, 1), (buffer.data_ptr(), 48, 16, True), STREAM, None, None, None)]
 
 
 class FakeCudaTensor:
@@ -199,7 +199,7 @@ def test_launch_hooks_get_their_metadata(launcher_module, monkeypatch):
     for _ in range(2):
         launch((2, 1, 1), (buffer,), (32,), _options(launcher_module))
     expected_args = (buffer.data_ptr(), 32, 16, True)
-    assert jit.direct_launches == [((2, 1, 1), expected_args, STREAM, ("metadata", (2, 1, 1)), hook)]
+    assert jit.direct_launches == [((2, 1, 1), expected_args, STREAM, ("metadata", (2, 1, 1)), hook, None)]
 
 
 @pytest.mark.parametrize(
@@ -216,22 +216,28 @@ def test_launch_hooks_get_their_metadata(launcher_module, monkeypatch):
     ids=["alignment", "dtype", "divisibility", "one", "int64", "constexpr", "num_warps"],
 )
 def test_a_new_specialization_goes_through_triton(launcher_module, changed_tensors, changed_scalars, changed_options):
+    """After a specialization has launched directly (and so is remembered by its arguments), a call that Triton
+    would specialize otherwise still goes through Triton's dispatch."""
     jit, launch = _direct_launcher(launcher_module)
     buffer = torch.empty(64)
-    launch((4, 1, 1), (buffer,), (32,), _options(launcher_module))
+    for _ in range(2):
+        launch((4, 1, 1), (buffer,), (32,), _options(launcher_module))
     launch((4, 1, 1), changed_tensors(buffer), changed_scalars, _options(launcher_module, **changed_options))
-    assert len(jit.dispatches) == 2 and jit.direct_launches == []
+    assert len(jit.dispatches) == 2 and len(jit.direct_launches) == 1
 
 
 @pytest.mark.parametrize("direct", [True, False])
 def test_a_grid_without_three_axes_is_refused(launcher_module, direct):
     """The direct path passes the grid's three axes to Triton's runner as they are: a shorter grid is a caller's
-    bug, refused where every launch starts (Triton's dispatch), before anything runs."""
+    bug, refused on every call, before anything runs."""
     jit, launch = _direct_launcher(launcher_module)
     launch.direct = direct
+    buffer = torch.empty(64)
+    for _ in range(2):  # compiled, then (direct) remembered by its arguments
+        launch((4, 1, 1), (buffer,), (32,), _options(launcher_module))
     with pytest.raises(ValueError, match="three axes"):
-        launch((4,), (torch.empty(64),), (32,), _options(launcher_module))
-    assert jit.dispatches == []
+        launch((4,), (buffer,), (32,), _options(launcher_module))
+    assert len(jit.dispatches) + len(jit.direct_launches) == 2
 
 
 def test_without_direct_launch_every_call_goes_through_triton(launcher_module):
@@ -395,7 +401,7 @@ def test_launches_remembered_by_their_arguments_are_bounded(launcher_module, mon
     sizes = [32, 48, 64, 80, 96]  # one specialization: divisible by 16
     for size in sizes:
         launch((1, 1, 1), (buffer,), (size,), _options(launcher_module))
-    assert len(jit.dispatches) == 1 and len(launch._launches) <= 2
+    assert len(jit.dispatches) == 1 and 1 <= len(launch._launches) <= 2
     assert [args[1] for _, args, *_ in jit.direct_launches] == sizes[1:]
 
 
@@ -444,6 +450,38 @@ def test_direct_launch_gate(launcher_module, monkeypatch, version, cuda, hip, in
     assert launcher_module.direct_launch_supported() is direct
 
 
+def test_an_exit_hook_alone_gets_the_launch_metadata(launcher_module, monkeypatch):
+    """With an empty enter chain and an exit hook, Triton's dispatch builds the launch metadata for the exit hook
+    (it returns None only where the enter hook itself is None): so does the direct launch."""
+    chains = types.SimpleNamespace(
+        runtime=types.SimpleNamespace(launch_enter_hook=knobs.HookChain(), launch_exit_hook=knobs.HookChain())
+    )
+    exit_hook = lambda metadata: None  # noqa: E731 - a profiler registers one
+    chains.runtime.launch_exit_hook.add(exit_hook)
+    monkeypatch.setattr(launcher_module, "knobs", chains)
+    jit, launch = _direct_launcher(launcher_module)
+    buffer = torch.empty(64)
+    for _ in range(2):
+        launch((2, 1, 1), (buffer,), (32,), _options(launcher_module))
+    assert jit.direct_launches[-1][3:] == (("metadata", (2, 1, 1)), None, chains.runtime.launch_exit_hook)
+
+
+def test_rocm_launches_key_tensors_by_tritons_own_specialization(launcher_module, monkeypatch):
+    """On ROCm (no native tensor specialization) every direct launch keys its tensors with Triton's own key,
+    which keeps the 2 GiB bit that the CUDA shortcut would drop."""
+    monkeypatch.setattr(launcher_module.driver.active, "get_current_target", lambda: GPUTarget("hip", "gfx942", 64))
+    asked = []
+    real_key = launcher_module.specialization_key
+    monkeypatch.setattr(launcher_module, "specialization_key", lambda *args: asked.append(args[1]) or real_key(*args))
+    jit, launch = _direct_launcher(launcher_module)
+    buffer = torch.empty(64)
+    for _ in range(3):
+        launch((2, 1, 1), (buffer,), (32,), _options(launcher_module))
+    assert not launch._native_tensor_keys
+    assert [args[0] is buffer for args in asked if isinstance(args[0], torch.Tensor)] == [True] * 3
+    assert len(jit.direct_launches) == 2
+
+
 def test_empty_launch_hook_chains_are_not_called(launcher_module, monkeypatch):
     """Triton 3.6-3.9 hold launch hooks in HookChains: empty ones go as None, with no metadata built for them."""
     chains = types.SimpleNamespace(
@@ -454,8 +492,8 @@ def test_empty_launch_hook_chains_are_not_called(launcher_module, monkeypatch):
     buffer = torch.empty(64)
     for _ in range(2):
         launch((2, 1, 1), (buffer,), (32,), _options(launcher_module))
-    assert jit.direct_launches[-1][3:] == (None, None)
+    assert jit.direct_launches[-1][3:] == (None, None, None)
     hook = lambda metadata: None  # noqa: E731 - a profiler registers one
     chains.runtime.launch_enter_hook.add(hook)
     launch((2, 1, 1), (buffer,), (32,), _options(launcher_module))
-    assert jit.direct_launches[-1][3:] == (("metadata", (2, 1, 1)), chains.runtime.launch_enter_hook)
+    assert jit.direct_launches[-1][3:] == (("metadata", (2, 1, 1)), chains.runtime.launch_enter_hook, None)

@@ -200,8 +200,8 @@ class Launcher:
 
     The kernel's parameters must be its pointer arguments, then its integer
     arguments, then its constexprs; a call passes them as ``tensors`` (the
-    first on the device to launch on), ``scalars`` and ``options``, with a
-    grid of three axes. A direct launch is looked up by those arguments
+    first on the device to launch on), ``scalars`` (Python ints) and
+    ``options``, with a grid of three axes. A direct launch is looked up by those arguments
     themselves: their addresses, dtypes and integers, which is one dictionary
     lookup per launch; a new set of them is matched to its specialization's
     compiled kernel once.
@@ -227,6 +227,8 @@ class Launcher:
     def __call__(
         self, grid: tuple[int, int, int], tensors: tuple[torch.Tensor, ...], scalars: tuple[int, ...], options: LaunchOptions
     ) -> None:
+        if len(grid) != 3:  # the runner takes the three axes as they are: a shorter grid would shift every argument
+            raise ValueError(f"{self.kernel.__name__}: a launch's grid has three axes, got {grid}")
         # Triton launches on the current device: make the tensors' device current.
         index = tensors[0].get_device()
         if index >= 0 and self._several_devices and index != driver.active.get_current_device():
@@ -254,16 +256,17 @@ class Launcher:
         run, function, packed_metadata, compiled = launch
         stream = active.get_current_stream(index)
         # The launch hooks (profilers'): Triton 3.6-3.9 keep them in HookChains, empty unless a hook is
-        # registered. An empty chain goes as None, as it would call nothing, and no launch metadata is built
-        # for it; a hook set in a chain's place is a plain callable (no ``calls``), always called.
+        # registered. An empty chain goes as None, as it would call nothing; a hook set in a chain's place is
+        # a plain callable (no ``calls``), always called. Where either is called, it gets the launch metadata
+        # Triton's dispatch builds for it.
         runtime = knobs.runtime
         enter_hook, exit_hook = runtime.launch_enter_hook, runtime.launch_exit_hook
         if enter_hook is not None and not getattr(enter_hook, "calls", True):
             enter_hook = None
         if exit_hook is not None and not getattr(exit_hook, "calls", True):
             exit_hook = None
-        if enter_hook is None:
-            run(*grid, stream, function, packed_metadata, None, None, exit_hook, *pointers, *scalars, *options.constexpr_values)
+        if enter_hook is None and exit_hook is None:
+            run(*grid, stream, function, packed_metadata, None, None, None, *pointers, *scalars, *options.constexpr_values)
             return
         args = (*pointers, *scalars, *options.constexpr_values)
         metadata = compiled.launch_metadata(grid, stream, *args)
@@ -297,8 +300,6 @@ class Launcher:
 
     def _dispatch(self, grid, tensors, scalars, options: LaunchOptions, index: int) -> Any:
         """Triton's own dispatch (compiling on a new specialization); KernelUnavailable where it cannot."""
-        if len(grid) != 3:  # every call passes here first (or always, off the direct path), where it is cheap
-            raise ValueError(f"{self.kernel.__name__}: a launch's grid has three axes, got {grid}")
         try:
             return self.kernel[grid](*tensors, *scalars, **options.as_kwargs())
         except UNAVAILABLE_ERRORS as error:
