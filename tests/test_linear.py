@@ -482,6 +482,13 @@ def _padded(matrix: torch.Tensor) -> torch.Tensor:
     return padded[..., : matrix.shape[-1]]
 
 
+def _at_an_offset(matrix: torch.Tensor) -> torch.Tensor:
+    """The same values, contiguous, 8 elements into their storage (16 bytes in bf16: still aligned)."""
+    storage = torch.zeros(matrix.numel() + 8, dtype=matrix.dtype, device=matrix.device)
+    storage[8:] = matrix.reshape(-1)
+    return storage[8:].view(matrix.shape)
+
+
 def _column_major(matrix: torch.Tensor) -> torch.Tensor:
     """The same values stored column by column: rows without a unit stride."""
     return matrix.t().contiguous().t()
@@ -514,6 +521,12 @@ LAYOUTS = {
     "x rows padded": (_set(0, _padded), lambda n: True, True),
     "x tokens transposed": (_set(0, lambda x: x.transpose(0, 1)), lambda n: n == 1, True),
     "weights rows padded": (_each(_set(1, _padded), _set(2, _padded), _set(3, _padded)), lambda n: True, True),
+    "up weight rows padded, gate weight's not": (_set(2, _padded), lambda n: True, True),
+    "x and weights at a storage offset": (
+        _each(_set(0, _at_an_offset), _set(1, _at_an_offset), _set(2, _at_an_offset), _set(3, _at_an_offset)),
+        lambda n: True,
+        True,
+    ),
     "up weight column-major": (_set(2, _column_major), lambda n: False, True),
     "down weight column-major": (_set(3, _column_major), lambda n: True, False),
 }
@@ -532,6 +545,27 @@ def test_gemm_operands_in_other_layouts(kernel, device, fused_launches, down_pro
     tokens = math.prod(tokens_shape)
     assert fused_launches == ([tokens] if fused(tokens) else [])
     assert down_proj_launches == ([1] if tokens == 1 and plain_down_proj else [])
+
+
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+@pytest.mark.parametrize("biases", [(False, False), (True, False), (False, True), (True, True)], ids=str)
+def test_the_table_launch_carries_the_calls_form(kernel, device, approximate, biases):
+    """The launch looked up for a call has that call's GELU form, bias flags and row strides as its constexprs and
+    integers, also right after a call of the same shape in another layout (the flags differ by a relative 1e-4
+    at most in the output, below any output tolerance: only the launch itself tells them apart)."""
+    x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias = _mlp_operands(
+        (1, 1), 40, 24, dtype=torch.bfloat16, device=device, bias=True
+    )
+    gate_bias, up_bias = (bias if present else None for bias, present in zip((gate_bias, up_bias), biases))
+    for weights, strides in [((gate_weight, up_weight), (40, 40, 40, 24)), ((gate_weight, _padded(up_weight)), (40, 40, 48, 24))]:
+        launch = kernel.ops._table_launch(x, *weights, gate_bias, up_bias, approximate)
+        constexprs = dict(launch.options.constexprs)
+        assert (constexprs["GATED"], constexprs["APPROXIMATE_TANH"]) == (True, approximate == "tanh")
+        assert (constexprs["HAS_BIAS"], constexprs["HAS_UP_BIAS"]) == biases
+        assert launch.scalars == (1, 24, 40, *strides) and launch.out_shape == (1, 1, 24)
+    plain = kernel.ops._table_launch(x.new_zeros(1, 24), down_weight, None, down_bias if biases[0] else None, None, "none")
+    constexprs = dict(plain.options.constexprs)
+    assert (constexprs["GATED"], constexprs["HAS_BIAS"], constexprs["HAS_UP_BIAS"]) == (False, biases[0], False)
 
 
 def test_geglu_mlp_empty_inputs(kernel, device):
