@@ -71,7 +71,7 @@ from geglu_triton.benchmarking.implementations import COMPILE, EAGER, LIGER, OUR
 from geglu_triton.benchmarking.model_implementations import BUILDERS
 from geglu_triton.benchmarking.model_probes import probe_model, probe_parser
 from geglu_triton.benchmarking.model_workloads import greedy_generate, in_turns, static_decode
-from geglu_triton.benchmarking.timing import garbage_collector_paused, round_order, synchronize
+from geglu_triton.benchmarking.timing import garbage_collector_paused, median_host_us, round_order, synchronize
 
 ROUNDS = 8
 SPLIT_ROUNDS = 10
@@ -474,14 +474,9 @@ def cold_host_path(model, forwards, ours: list, device: torch.device, baseline: 
     token = torch.zeros(1, 1, dtype=torch.long, device=device)
 
     def median_us(piece, before) -> float:
-        samples = []
-        for _ in range(COLD_SAMPLES):
-            before()
-            start = time.perf_counter_ns()
-            piece()
-            samples.append(time.perf_counter_ns() - start)
+        median = median_host_us(piece, before, COLD_SAMPLES)
         synchronize(device)
-        return statistics.median(samples) / 1e3
+        return median
 
     figures = {}
     for name, piece in pieces.items():

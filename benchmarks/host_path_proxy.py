@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import statistics
 import time
 import types
 from pathlib import Path
@@ -38,7 +37,7 @@ from triton.backends.compiler import GPUTarget
 from geglu_triton.benchmarking.environment import load_kernel, utc_now, versions
 from geglu_triton.benchmarking.grid import GEMMA3_1B
 from geglu_triton.benchmarking.modules import GemmaStyleMLP
-from geglu_triton.benchmarking.timing import garbage_collector_paused
+from geglu_triton.benchmarking.timing import garbage_collector_paused, median_host_us
 
 ROUNDS = 3
 LOOP_CALLS = 5000
@@ -73,16 +72,6 @@ def _on_a_pretend_gpu(kernel) -> None:
     launcher.direct = True
     launcher._dispatch = lambda grid, tensors, scalars, options, index: _NoOpCompiledKernel()
     ops._runs_on_triton = lambda tensor: True
-
-
-def _median_us(fn, before, samples: int) -> float:
-    times = []
-    for _ in range(samples):
-        before()
-        start = time.perf_counter_ns()
-        fn()
-        times.append(time.perf_counter_ns() - start)
-    return statistics.median(times) / 1e3
 
 
 def _loop_us(fn) -> float:
@@ -146,7 +135,7 @@ def main() -> None:
                 for case, fn in build.items():
                     figures[name][case]["warm_us"].append(_loop_us(fn))
                     if case.startswith("GeGLUMLP"):
-                        figures[name][case]["cold_us"].append(_median_us(fn, model_forward, COLD_SAMPLES))
+                        figures[name][case]["cold_us"].append(median_host_us(fn, model_forward, COLD_SAMPLES))
     for name, build in figures.items():
         for case, timing in build.items():
             cold = f", cold {min(timing['cold_us']):6.2f}" if timing["cold_us"] else ""

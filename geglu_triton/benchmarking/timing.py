@@ -96,6 +96,18 @@ def fastest_host_rounds(cases: dict, rounds: int) -> dict:
     return best
 
 
+def median_host_us(fn: Callable[[], object], before: Callable[[], object], samples: int) -> float:
+    """The median host time of ``samples`` calls of ``fn``, each timed alone (perf_counter_ns) right after an
+    untimed ``before()``: a call as it runs after other code (cold), or after nothing (``lambda: None``, warm)."""
+    times = []
+    for _ in range(samples):
+        before()
+        start = time.perf_counter_ns()
+        fn()
+        times.append(time.perf_counter_ns() - start)
+    return statistics.median(times) / 1e3
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
