@@ -198,13 +198,13 @@ def one_launch_mlp(kernel, config, ordered: bool):
         n_intermediate, n_hidden = gate_weight.shape
         if x.numel() != n_hidden:
             raise ValueError(f"the one-launch probe computes one token, got x of shape {tuple(x.shape)}")
-        n_programs = triton.cdiv(n_intermediate, block_n)
-        # Groups of about sqrt(programs): the two ordered sums then read about as many rows each.
-        group = triton.next_power_of_2(math.isqrt(n_programs))
-        n_groups = triton.cdiv(n_programs, group)
         key = (x.get_device(), n_hidden, n_intermediate)
         plan = workspaces.get(key)
-        if plan is None:
+        if plan is None:  # the first call of a shape: its grid, groups, workspace and constexprs
+            n_programs = triton.cdiv(n_intermediate, block_n)
+            # Groups of about sqrt(programs): the two ordered sums then read about as many rows each.
+            group = triton.next_power_of_2(math.isqrt(n_programs))
+            n_groups = triton.cdiv(n_programs, group)
             sums_rows, counters = (n_programs + n_groups, n_groups + 1) if ordered else (1, 1)
             workspace = (
                 torch.zeros(sums_rows * n_hidden, dtype=torch.float32, device=x.device),
