@@ -113,15 +113,13 @@ def stage_cases(kernel, model: MLPModel) -> dict:
     layers, ops = kernel.layers, kernel.ops
     # The direct launcher's parts, on the launch just made (Launcher.__call__ for what they are).
     launcher_module, launcher = kernel.triton_launcher, kernel.triton_gemm_kernels._launch_mlp_gemm_kernel
-    gated = (entry for entry in reversed(launcher._compiled.items()) if dict(entry[0][1].constexprs)["GATED"])
-    (_, options, *_), compiled = next(gated)
+    compiled = next(c for (_, options, *_), c in reversed(launcher._compiled.items()) if options == table_launch.options)
     backend = launcher._backends[x.get_device()]
     launch_tensors = (x_rows, gate_w, up_w, h_rows, h_rows, h_rows)
-    n_out, n_in = model.intermediate, model.hidden
     grid = table_launch.grid
     stream = driver.active.get_current_stream(x.get_device())
     launch_args = (
-        *[t.data_ptr() for t in launch_tensors], 1, n_out, n_in, n_in, n_in, n_in, n_out, *options.constexpr_values
+        *[t.data_ptr() for t in launch_tensors], *table_launch.scalars, *table_launch.options.constexpr_values
     )
     direct = contextlib.nullcontext
     stages = {
