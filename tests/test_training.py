@@ -489,3 +489,93 @@ def test_kernelize_training_gemma3_mlp_gradients(build_dir, kernel, device, mode
     expected, got = _grads(reference, x, grad_y), _grads(model, x, grad_y)
     for name in expected:
         assert rel_error(got[name], expected[name]) <= 1e-5, name
+
+
+def test_a_backward_in_an_autocast_region_of_a_forward_outside_it_trains_as_eager(kernel, device):
+    """The forward in fp32 (autocast off inside an autocast region), the backward called inside the region: it
+    failed on fp32 weights meeting autocast's bf16 products. Ours computes in the saved dtypes (eager's backward
+    runs its GEMMs in bf16 there): within Liger's tolerance of eager's gradients, and no further from float64."""
+    module = _mlp(24, 40, dtype=torch.float32, device=device, bias=True)
+    x = randn(3, 24, device=device)
+    grad_y = randn(3, 24, device=device)
+    device_type = torch.device(device).type
+
+    def grads_in_autocast(twin):
+        with torch.autocast(device_type, dtype=torch.bfloat16):
+            with torch.autocast(device_type, enabled=False):
+                return _grads(twin, x, grad_y)
+
+    eager, ours = grads_in_autocast(_copy(module)), grads_in_autocast(_kernelized(kernel, _copy(module)))
+    exact = _grads(_copy(module, torch.float64), x.double(), grad_y.double())
+    assert all(gradient.dtype == torch.float32 for gradient in ours.values())
+    _assert_like_eager(eager, ours, exact)
+
+
+@pytest.mark.parametrize("function", ["geglu_mlp", "geglu_down_proj"])
+def test_what_the_training_path_keeps_follows_the_gradients_asked_for(kernel, device, function):
+    """As eager's projections keep a weight only for their input's gradient: with x and the gate and up
+    projections frozen, only the down projection's weight needs anything (gate and up, to recompute h); with
+    its bias alone training, nothing is kept at all. So a frozen weight updated in place before the backward
+    (an EMA, a re-quantization), or made under inference_mode, trains the rest as in eager."""
+    tokens, hidden, intermediate = 6, 32, 96
+    with torch.inference_mode():  # frozen weights, made as a quantization tool would
+        frozen = [randn(intermediate, hidden, device=device, scale=hidden**-0.5) for _ in range(2)]
+    down_weight = randn(hidden, intermediate, device=device, scale=intermediate**-0.5)
+    down_bias = randn(hidden, device=device)
+    x = randn(tokens, hidden, device=device)
+
+    def eager(gate_weight, up_weight, down_weight, down_bias):
+        return F.linear(F.gelu(F.linear(x, gate_weight), approximate="tanh") * F.linear(x, up_weight), down_weight, down_bias)
+
+    def ours(gate_weight, up_weight, down_weight, down_bias):
+        if function == "geglu_mlp":
+            return kernel.geglu_mlp(x, gate_weight, up_weight, down_weight, None, None, down_bias)
+        return kernel.geglu_down_proj(F.linear(x, gate_weight), F.linear(x, up_weight), down_weight, down_bias)
+
+    for trains_weight, kept in ((True, 2), (False, 0)):
+        leaves = (down_weight.clone().requires_grad_(trains_weight), down_bias.clone().requires_grad_())
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            y = ours(*frozen, *leaves)
+        assert len(saved) == kept
+        with torch.inference_mode():
+            frozen[1].mul_(1.0)  # updated in place after the forward: it was not saved, so nothing objects
+        y.backward(torch.ones_like(y))
+        expected = [leaf.detach().clone().requires_grad_(leaf.requires_grad) for leaf in leaves]
+        eager(*frozen, *expected).backward(torch.ones_like(y))
+        for mine, theirs in zip(leaves, expected):
+            assert (mine.grad is None) == (theirs.grad is None)
+            if theirs.grad is not None:
+                assert rel_error(mine.grad, theirs.grad) <= 1e-5
+
+
+def test_batched_gradients_are_refused_by_name(kernel, device):
+    """is_grads_batched=True runs the backward under vmap, whose batched tensors have no memory for the kernels:
+    the eager Functions' backwards say so, where they failed deep inside a kernel launch or torch's out= path."""
+    for name, ours, _, leaves in _function_calls(kernel, device):
+        y = ours(*leaves)
+        with pytest.raises(NotImplementedError, match="batched gradients"):
+            torch.autograd.grad(y, leaves[0], torch.ones(2, *y.shape, device=device), is_grads_batched=True)
+
+
+def test_a_transform_runs_hooks_on_projections_that_are_not_plain_once(kernel, device):
+    """A hooked gate_proj (not plain: the fused functions call it) under torch.func.grad and vmap: the layer
+    takes the module's own forward before calling any projection, so the hook runs once per forward, as eager's."""
+    module = _kernelized(kernel, _mlp(24, 40, dtype=torch.float32, device=device))
+    calls = []
+    module.gate_proj.register_forward_hook(lambda *args: calls.append(1))
+    x = randn(3, 24, device=device)
+    for transform in (torch.func.grad(lambda x: module(x).sum()), torch.func.vmap(module)):
+        calls.clear()
+        transform(x)
+        assert len(calls) == 1
+
+
+def test_the_registered_ops_refuse_second_derivatives_by_name(kernel, device):
+    """The registered ops' route (torch.compile's, and eager calls on tensor subclasses): differentiating their
+    backward again raises the eager Functions' message, not torch's missing-formula error."""
+    gate, up = (randn(3, 8, device=device).requires_grad_() for _ in range(2))
+    y = kernel.ops.geglu(gate, up, "tanh")
+    grad_gate, _ = torch.autograd.grad(y.square().sum(), (gate, up), create_graph=True)
+    with pytest.raises(RuntimeError, match="first derivatives only"):
+        grad_gate.sum().backward()

@@ -42,6 +42,17 @@ def unsupported_transform_active() -> bool:
     return forward_ad._current_level >= 0 or _functorch_transforms_active() or _jit_tracing()
 
 
+#: Whether a tensor is one of the batched tensors of torch's own vmap, under which autograd runs a backward for
+#: ``is_grads_batched=True`` (and ``jacobian(vectorize=True)``); functorch's flag above does not show it. A torch
+#: internal, as those above: tests/test_training.py fails if it stops meaning this.
+_legacy_batched = torch._C._functorch.is_legacy_batchedtensor
+
+
+def any_batched(tensors) -> bool:
+    """Whether any of these tensors (None skipped) is batched by torch's own vmap (``_legacy_batched``)."""
+    return any(tensor is not None and _legacy_batched(tensor) for tensor in tensors)
+
+
 def check_no_unsupported_transform() -> None:
     """Refuse, by name, a call under forward-mode AD (inside ``forward_ad.dual_level``), a torch.func transform
     (vmap, grad, jvp, ...) or ``torch.jit.trace``.

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checks import PLAIN_TENSOR_TYPES, SUPPORTED_DTYPES, UnsupportedTransform
+from .checks import PLAIN_TENSOR_TYPES, SUPPORTED_DTYPES, UnsupportedTransform, unsupported_transform_active
 from .functional import geglu, geglu_concat, geglu_down_proj, geglu_linear, geglu_mlp
 
 # transformers (5.22+) finds the module it builds in place of a mapped Gemma MLP
@@ -237,6 +237,10 @@ class GeGLUMLP(nn.Module):
                 gate, up, down = gate_proj._parameters, up_proj._parameters, down_proj._parameters
                 operands = (x, gate["weight"], up["weight"], down["weight"], gate["bias"], up["bias"], down["bias"])
                 return geglu_mlp(*operands, approximate=approximate)
+            # Below, projections are called before a function could refuse the transform: asked first, so that
+            # their hooks and random numbers (a LoRA's dropout) run once, in the unfused forward.
+            if unsupported_transform_active():
+                return _unfused_forward(self, x)
             if plain_down_proj and torch.is_grad_enabled():
                 # Projections that are not plain may hold trainable parameters of their own (LoRA): grad mode
                 # decides.

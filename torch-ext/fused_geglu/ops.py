@@ -48,7 +48,13 @@ import torch.nn.functional as F
 
 from . import torch_fallback
 from ._ops import add_op_namespace_prefix
-from .checks import concat_output_shape, linear_output_shape
+from .checks import (
+    UnsupportedTransform,
+    any_batched,
+    concat_output_shape,
+    linear_output_shape,
+    unsupported_transform_active,
+)
 
 try:
     from . import triton_gemm_kernels, triton_kernels
@@ -275,30 +281,48 @@ def geglu_down_proj_impl(gate, up, down_weight, down_bias, approximate: str) -> 
     return F.linear(geglu_impl(gate, up, approximate), down_weight, down_bias)
 
 
-def geglu_down_proj_grads(grad_y, gate, up, down_weight, needs_grad, approximate: str, backward, backward_with_output):
+def geglu_down_proj_grads(
+    grad_y, gate, up, down_weight, needs_grad, approximate: str, forward, backward, backward_with_output
+):
     """Gradients of (gate, up, down_weight, down_bias) of y = geglu(gate, up) @ down_weight^T + down_bias.
 
     grad_h = grad_y @ down_weight, as down_proj's autograd computes it; then one
     pass of the backward kernel gives grad_gate and grad_up and, when the weight
     gradient is wanted, h (recomputed from gate and up, bit for bit the
-    forward's), for grad_down_weight = grad_y^T h. ``backward`` and
-    ``backward_with_output`` are the backward ops or their implementations.
+    forward's), for grad_down_weight = grad_y^T h. The weight gradient alone
+    needs h only, from the forward kernel. ``forward``, ``backward`` and
+    ``backward_with_output`` are the ops or their implementations. What is
+    not needed may be None (``saved_for_down_proj``).
     """
     needs_gate_up, needs_weight, needs_bias = needs_grad[0] or needs_grad[1], needs_grad[2], needs_grad[3]
     grad_gate = grad_up = grad_weight = grad_bias = None
-    if needs_gate_up or needs_weight:
+    if needs_gate_up:
         grad_h = grad_y.matmul(down_weight)
         if needs_weight:
             grad_gate, grad_up, h = backward_with_output(grad_h, gate, up, approximate)
-            del grad_h  # one [tokens, intermediate] tensor less while the weight gradient is computed
-            grad_weight = _rows(grad_y).t().matmul(_rows(h))
-            if not needs_gate_up:
-                grad_gate = grad_up = None
         else:
             grad_gate, grad_up = backward(grad_h, gate, up, approximate)
+        del grad_h  # one [tokens, intermediate] tensor less while the weight gradient is computed
+    elif needs_weight:
+        h = forward(gate, up, approximate)
+    if needs_weight:
+        grad_weight = _rows(grad_y).t().matmul(_rows(h))
     if needs_bias:
         grad_bias = _rows(grad_y).sum(0)
     return grad_gate, grad_up, grad_weight, grad_bias
+
+
+def saved_for_down_proj(gate, up, down_weight, needs_gate_up: bool, needs_down_weight: bool) -> tuple:
+    """What ``geglu_down_proj_grads`` needs of (gate, up, down_weight), the rest None: gate and up for any gradient
+    but the bias's (h is recomputed from them), the weight for gate's and up's. As eager's ``linear`` saves its
+    weight only for its input's gradient: a frozen weight updated in place before the backward (an EMA, a
+    re-quantization) or made under ``torch.inference_mode`` is not saved where no gradient needs it."""
+    keeps_gate_up = needs_gate_up or needs_down_weight
+    return (
+        _saveable(gate) if keeps_gate_up else None,
+        _saveable(up) if keeps_gate_up else None,
+        down_weight if needs_gate_up else None,
+    )
 
 
 def _byte_span(tensor: torch.Tensor) -> tuple[int, int]:
@@ -465,6 +489,22 @@ def _(grad_out, gate, up, approximate):
     return gate.new_empty(gate.shape), up.new_empty(up.shape), gate.new_empty(gate.shape)
 
 
+SECOND_DERIVATIVES_REFUSED = (
+    "fused-geglu computes first derivatives only: backward with create_graph=True (a gradient penalty, a Hessian "
+    "product) needs the module's own forward or eager PyTorch"
+)
+
+
+def _refuse_second_derivatives(ctx, *grads):
+    raise RuntimeError(SECOND_DERIVATIVES_REFUSED)
+
+
+# The backward ops, differentiated again (create_graph=True through the registered ops' route): the eager
+# Functions' message (_first_derivative_only), in place of torch's "no autograd formula was registered".
+for _backward_op in (geglu_backward, geglu_concat_backward, geglu_backward_with_output):
+    _backward_op.register_autograd(_refuse_second_derivatives, setup_context=lambda ctx, inputs, output: None)
+
+
 @torch.library.custom_op(add_op_namespace_prefix("geglu_down_proj"), mutates_args=())
 def geglu_down_proj(
     gate: torch.Tensor, up: torch.Tensor, down_weight: torch.Tensor, down_bias: Optional[torch.Tensor], approximate: str
@@ -479,14 +519,16 @@ def _(gate, up, down_weight, down_bias, approximate):
 
 def _geglu_down_proj_setup_context(ctx, inputs, output):
     gate, up, down_weight, _, approximate = inputs
-    ctx.save_for_backward(_saveable(gate), _saveable(up), down_weight)
+    needs = ctx.needs_input_grad
+    ctx.save_for_backward(*saved_for_down_proj(gate, up, down_weight, needs[0] or needs[1], needs[2]))
     ctx.approximate = approximate
 
 
 def _geglu_down_proj_autograd(ctx, grad_y):
     gate, up, down_weight = ctx.saved_tensors
     grads = geglu_down_proj_grads(
-        grad_y, gate, up, down_weight, ctx.needs_input_grad, ctx.approximate, geglu_backward, geglu_backward_with_output
+        grad_y, gate, up, down_weight, ctx.needs_input_grad, ctx.approximate, geglu, geglu_backward,
+        geglu_backward_with_output,
     )
     return (*grads, None)
 
@@ -504,22 +546,31 @@ geglu_down_proj.register_autograd(_geglu_down_proj_autograd, setup_context=_gegl
 
 
 def _first_derivative_only(backward):
-    """A Function's backward that refuses ``create_graph=True`` (autograd runs backward in grad mode only then).
+    """A Function's backward: first derivatives, in the dtypes the forward saved, on plain tensors.
 
-    torch's ``once_differentiable`` raises only when a gradient flowing in
-    requires grad; for ``torch.autograd.grad(y.sum(), x, create_graph=True)``
+    It refuses ``create_graph=True`` (autograd runs backward in grad mode only
+    then): torch's ``once_differentiable`` raises only when a gradient flowing
+    in requires grad; for ``torch.autograd.grad(y.sum(), x, create_graph=True)``
     it returned gradients that autograd saw as constants, so a gradient
-    penalty built on them silently contributed nothing.
+    penalty built on them silently contributed nothing. It refuses batched
+    gradients too (``is_grads_batched=True``, ``jacobian(vectorize=True)``: the
+    backward under vmap, whose batched tensors have no memory for the kernels
+    to read), by name. And it runs with autocast off: a backward called inside
+    an autocast region whose forward ran outside it computes in the saved
+    dtypes, as eager's does, not in a mix.
     """
 
     @functools.wraps(backward)
     def first_derivative(ctx, *grad_outputs):
         if torch.is_grad_enabled():
-            raise RuntimeError(
-                "fused-geglu computes first derivatives only: backward with create_graph=True (a gradient "
-                "penalty, a Hessian product) needs the module's own forward or eager PyTorch"
+            raise RuntimeError(SECOND_DERIVATIVES_REFUSED)
+        if unsupported_transform_active() or any_batched(grad_outputs):
+            raise UnsupportedTransform(
+                "fused-geglu's backward does not support batched gradients (is_grads_batched=True, "
+                "jacobian(vectorize=True)) or other torch.func transforms: use the module's own forward or eager PyTorch"
             )
-        return backward(ctx, *grad_outputs)
+        with torch.autocast(grad_outputs[0].device.type, enabled=False):
+            return backward(ctx, *grad_outputs)
 
     return first_derivative
 
@@ -568,6 +619,7 @@ class GeGLUDownProjFunction(torch.autograd.Function):
             down_weight,
             ctx.needs_input_grad,
             ctx.approximate,
+            geglu_impl,
             geglu_backward_impl,
             geglu_backward_with_output_impl,
         )
@@ -577,29 +629,40 @@ class GeGLUDownProjFunction(torch.autograd.Function):
 class GeGLUMLPFunction(torch.autograd.Function):
     """y = down_proj(geglu(gate_proj(x), up_proj(x))) with three plain projections, as one autograd step.
 
-    Saves gate and up, and x where a projection's weight needs its gradient;
-    not the GeGLU output h (``geglu_down_proj_grads`` recomputes it). The
-    backward sums the two projections' input gradients inside their second
-    GEMM: grad_x = grad_gate W_gate, then grad_x += grad_up W_up as cuBLAS's
-    beta = 1 epilogue, where autograd would write both products and add them in
-    a kernel of its own (three [tokens, hidden] passes; 12.9 us a layer for
-    Gemma3 1B's MLP at 8 x 1024 tokens on the H200, PERFORMANCE v17). The sum
-    is rounded to the dtype once, where autograd rounds each product and then
-    their sum: as close to the exact gradient as eager's, or closer.
+    Saves what the gradients asked for need, as eager's projections save it:
+    gate and up for any but the down bias's, not the GeGLU output h
+    (``geglu_down_proj_grads`` recomputes it); x where a projection's weight
+    needs its gradient; the gate and up weights where x needs its own; the
+    down weight where gate's and up's are needed. The backward sums the two
+    projections' input gradients inside their second GEMM: grad_x = grad_gate
+    W_gate, then grad_x += grad_up W_up as cuBLAS's beta = 1 epilogue, where
+    autograd would write both products and add them in a kernel of its own
+    (three [tokens, hidden] passes; 12.9 us a layer for Gemma3 1B's MLP at 8 x
+    1024 tokens on the H200, PERFORMANCE v17). The sum is rounded to the dtype
+    twice (the first product, then the sum), where autograd rounds three times
+    (each product, then their sum).
     """
 
     @staticmethod
     def forward(ctx, x, gate_weight, up_weight, down_weight, gate_bias, up_bias, down_bias, approximate):
         gate, up = F.linear(x, gate_weight, gate_bias), F.linear(x, up_weight, up_bias)
-        keeps_x = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
-        ctx.save_for_backward(x if keeps_x else None, gate, up, gate_weight, up_weight, down_weight)
+        needs_x, needs_gate_weight, needs_up_weight, needs_down_weight, needs_gate_bias, needs_up_bias, _ = (
+            ctx.needs_input_grad[:7]
+        )
+        needs_gate_up = needs_x or needs_gate_weight or needs_up_weight or needs_gate_bias or needs_up_bias
+        ctx.save_for_backward(
+            x if needs_gate_weight or needs_up_weight else None,
+            *saved_for_down_proj(gate, up, down_weight, needs_gate_up, needs_down_weight),
+            gate_weight if needs_x else None,
+            up_weight if needs_x else None,
+        )
         ctx.approximate = approximate
         return geglu_down_proj_impl(gate, up, down_weight, down_bias, approximate)
 
     @staticmethod
     @_first_derivative_only
     def backward(ctx, grad_y):
-        x, gate, up, gate_weight, up_weight, down_weight = ctx.saved_tensors
+        x, gate, up, down_weight, gate_weight, up_weight = ctx.saved_tensors
         needs = ctx.needs_input_grad
         needs_x, needs_gate_weight, needs_up_weight, needs_down_weight, needs_gate_bias, needs_up_bias = needs[:6]
         needs_down_bias = needs[6]
@@ -611,6 +674,7 @@ class GeGLUMLPFunction(torch.autograd.Function):
             down_weight,
             (needs_gate_up, needs_gate_up, needs_down_weight, needs_down_bias),
             ctx.approximate,
+            geglu_impl,
             geglu_backward_impl,
             geglu_backward_with_output_impl,
         )
