@@ -35,7 +35,7 @@ from kernels._rust import Digest, DigestAlgorithm, DigestValidationError, Metada
 
 from . import REPO_ROOT, __version__, layout
 from .buildinfo import KernelConfig, SourceIdentity, git_state, read_config, source_identity
-from .errors import UserError, directory_to_write, file_error
+from .errors import UserError, check_not_dangling, directory_to_write, file_error
 from .ops_module import op_namespace, render_ops_module
 
 #: How our builds name their builder in metadata.json's provenance: this toolkit, not kernel-builder.
@@ -175,6 +175,7 @@ def build_variants(out_dir: Path, source_root: Path = REPO_ROOT) -> list[Path]:
         raise BuildError(f"the build cannot go inside the kernel's source {config.package_dir}: choose another --out")
     names = {backend: layout.variant_dir_name(backend) for backend in config.backends}
     variants = []
+    check_not_dangling(out_dir, "--out")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         _remove_stale_variants(out_dir, set(names.values()))

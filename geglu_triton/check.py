@@ -44,7 +44,7 @@ from kernels._rust import Digest, DigestValidationError, Metadata
 from . import REPO_ROOT, layout
 from .buildinfo import KernelConfig, read_config
 from .ops_module import op_namespace, read_ops_identity
-from .errors import directory_to_read
+from .errors import UsageError, directory_to_read
 
 OP_REGISTRATION_DECORATORS = frozenset(
     {"custom_op", "triton_op", "register_kernel", "register_fake", "register_vmap", "register_torch_dispatch"}
@@ -263,6 +263,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if layout.is_one_variant(args.build_dir) and not layout.discover_variants(args.build_dir):
+        raise UsageError(
+            f"{args.build_dir} is one build variant; pass the build directory that holds the variants: "
+            f"check {args.build_dir.parent}"
+        )
     violations = check_build(args.build_dir)
     if not violations:
         print(f"{args.build_dir}: the build passes every check")

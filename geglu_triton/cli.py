@@ -68,7 +68,10 @@ def _translated(err: BaseException, args: argparse.Namespace | None) -> UserErro
             "environment variables (HF_ENDPOINT, HF_HOME, HF_HUB_*_TIMEOUT)"
         )
     endpoint = getattr(args, "endpoint", None) or constants.ENDPOINT
-    return from_hub_error(err, endpoint=endpoint, token_sent=sends_a_token(getattr(args, "token", None)))
+    source = getattr(args, "endpoint_source", "--endpoint")  # publish's: --endpoint, HF_ENDPOINT or the default
+    return from_hub_error(
+        err, endpoint=endpoint, token_sent=sends_a_token(getattr(args, "token", None)), endpoint_source=source
+    )
 
 
 class _ArgumentParser(argparse.ArgumentParser):

@@ -23,7 +23,9 @@ to an option of several; ``check_environment`` names a variable the libraries wo
 from __future__ import annotations
 
 import argparse
+import errno
 import math
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -159,9 +161,17 @@ def directory_to_read(text: str) -> Path:
     return path
 
 
+def check_not_dangling(path: Path, option: str) -> None:
+    """A UserError for a ``path`` that is a symbolic link to nothing (mkdir says only "File exists")."""
+    if path.is_symlink() and not path.exists():
+        raise UserError(f"{option} {path} is a symbolic link to {os.readlink(path)}, which does not exist")
+
+
 def make_directory(path: Path, option: str) -> None:
     """``path.mkdir(parents=True, exist_ok=True)``, and a file created and removed in it, before a command does
-    its work and then writes there; a failure (read-only, not allowed) is a UserError naming ``option``."""
+    its work and then writes there; a failure (read-only, not allowed, a dangling link) is a UserError naming
+    ``option``."""
+    check_not_dangling(path, option)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -177,8 +187,15 @@ def os_reason(err: OSError) -> str:
     return err.strerror or one_line(err)
 
 
+#: Failures of the device written to, not of the file named with them (a copy names its source).
+DEVICE_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
 def file_error(err: OSError) -> str:
-    """An OSError as one line: ``<file>: <reason>`` where it names a file (not its repr, PosixPath('...'))."""
+    """An OSError as one line: ``<file>: <reason>`` where it names a file (not its repr, PosixPath('...')); a full
+    device or quota by its reason alone (the file a copy names is its source, which is not at fault)."""
+    if err.errno in DEVICE_FULL:
+        return os_reason(err)
     if err.filename is None:
         return one_line(err)
     return f"{err.filename}: {os_reason(err)}"

@@ -127,6 +127,11 @@ def benchmark_scripts(source_root: Path) -> list[Path]:
     return sorted(p for p in benchmarks.iterdir() if p.is_file() and is_benchmark_script(p.name))
 
 
+def is_one_variant(directory: Path) -> bool:
+    """Whether ``directory`` is one variant of a build (it holds metadata.json), not the build that holds them."""
+    return (directory / METADATA_FILE).is_file()
+
+
 def discover_variants(build_dir: Path) -> list[Path]:
     """The variant directories of a build: its subdirectories holding ``metadata.json``, sorted."""
     if not build_dir.is_dir():

@@ -29,7 +29,16 @@ from urllib.parse import urlsplit
 import torch.nn as nn
 
 from . import layout
-from .errors import UsageError, UserError, directory_to_read, from_hub_error, one_line, sends_a_token, validate_repo_id
+from .errors import (
+    UsageError,
+    UserError,
+    directory_to_read,
+    from_hub_error,
+    one_line,
+    sends_a_token,
+    validate_endpoint,
+    validate_repo_id,
+)
 
 #: The Hub kernel ``kernelize_geglu_mlps`` loads by default: build.toml's ``[general.hub] repo-id``, where the
 #: demo publishes it.
@@ -207,7 +216,8 @@ def _digest_mismatch(build_dir: Path) -> str | None:
 def load_hub_kernel(repo_id: str, version: int, trust_remote_code: bool):
     """``kernels.get_kernel``, with a failure to fetch reported as one line that names it (before any request,
     TypeError or ValueError for a ``repo_id`` that is not ``<namespace>/<name>``, a ``version`` that is not a
-    positive whole number, a ``trust_remote_code`` that is neither a bool nor a list of repository ids).
+    whole number of 0 or more, a ``trust_remote_code`` that is neither a bool nor a list of repository ids, an
+    ``HF_ENDPOINT`` that is not a Hub's URL).
 
     Without ``trust_remote_code``, get_kernel first asks the Hub whether the
     publisher is trusted; when the Hub cannot be reached it says only that it
@@ -226,14 +236,18 @@ def load_hub_kernel(repo_id: str, version: int, trust_remote_code: bool):
         raise ValueError(str(error)) from None
     if isinstance(version, bool) or not isinstance(version, int):
         raise TypeError(f"version must be a whole number (the kernel's major version), got {version!r}")
-    if version < 1:
+    if version < 0:  # 0 is one: build.toml (kernels-data) and get_kernel take it, as branch v0
         raise ValueError(
-            f"version must be 1 or more (the kernel's major version, its branch v<version>), got {version}"
+            f"version must be 0 or more (the kernel's major version, its branch v<version>), got {version}"
         )
     trusted_repos = isinstance(trust_remote_code, list) and all(isinstance(item, str) for item in trust_remote_code)
     if not (isinstance(trust_remote_code, bool) or trusted_repos):
         raise TypeError(f"trust_remote_code must be True, False or a list of repository ids, got {trust_remote_code!r}")
     endpoint = constants.ENDPOINT
+    try:
+        validate_endpoint(endpoint, option="HF_ENDPOINT")  # huggingface_hub's, read from it at import
+    except UsageError as error:
+        raise ValueError(str(error)) from None
     try:
         return get_kernel(repo_id, version=version, trust_remote_code=trust_remote_code)
     except ValueError as error:
@@ -311,7 +325,7 @@ def kernelize_geglu_mlps(
     kernel has no variant for or this torch cannot run, or a model on the meta device without ``device``;
     KernelLoadError when the kernel cannot be fetched (the Hub cannot be reached, has no such repository
     or version, or ``local_path`` has no variant for this torch) and when kernelize replaced none of the
-    GeGLU MLPs found.
+    GeGLU MLPs found; ValueError when the model has none.
     """
     from kernels import (
         LayerRepository,
@@ -371,6 +385,11 @@ def kernelize_geglu_mlps(
         if getattr(module.forward, "__func__", None) is layer_forward
     ]
     names = [cls.__qualname__ for cls in classes]
+    if not names and not swapped:
+        raise ValueError(
+            f"{type(model).__name__} has no GeGLU MLP to kernelize (a module with gate_proj, up_proj and down_proj "
+            "whose act_fn is a GELU, or a class mapped to GeGLUMLP): nothing was changed"
+        )
     if names and not swapped and _kernel_mapping_disabled():
         warnings.warn("DISABLE_KERNEL_MAPPING is set: kernelize kept every module's own forward", stacklevel=2)
     elif names and not swapped:

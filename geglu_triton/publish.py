@@ -174,7 +174,7 @@ def _read_build(build_dir: Path) -> tuple[dict[Path, Metadata], str]:
     """The variants of a build with their metadata, and the branch ``v<version>`` they agree on."""
     variants = layout.discover_variants(build_dir)
     if not variants:
-        if (build_dir / layout.METADATA_FILE).is_file():  # one variant's directory, not the build's
+        if layout.is_one_variant(build_dir):
             raise PublishError(
                 f"{build_dir} is one build variant; pass the build directory that holds the variants: "
                 f"--build {build_dir.parent}"
@@ -270,7 +270,7 @@ def plan_branch(
 class _Hub:
     """The few Hub calls publishing makes, on a kernel repository; a failed call raises a one-line PublishError."""
 
-    def __init__(self, api: HfApi, repo_id: str) -> None:
+    def __init__(self, api: HfApi, repo_id: str, endpoint_source: str = "--endpoint") -> None:
         if Version(huggingface_hub.__version__) < MIN_HUGGINGFACE_HUB:
             raise PublishError(
                 f"huggingface_hub {huggingface_hub.__version__} cannot commit to kernel repositories; "
@@ -278,10 +278,13 @@ class _Hub:
             )
         self.api = api
         self.repo_id = repo_id
+        self.endpoint_source = endpoint_source
 
     def _raise_translated(self, err: Exception, doing: str, hint: str = "") -> None:
         """Raise the one-line PublishError of a Hub or network error (what was sent, what to do); else return."""
-        translated = from_hub_error(err, endpoint=self.api.endpoint, token_sent=sends_a_token(self.api.token))
+        translated = from_hub_error(
+            err, endpoint=self.api.endpoint, token_sent=sends_a_token(self.api.token), endpoint_source=self.endpoint_source
+        )
         if translated is not None:
             raise PublishError(f"cannot {doing}: {translated}{hint}") from err
         if isinstance(err, (json.JSONDecodeError, KeyError)):  # an answer, but not a Hub's (a web page, other JSON)
@@ -377,6 +380,7 @@ def publish(
     allow_dirty: bool = False,
     import_check: bool = True,
     echo: Callable[[str], None] = print,
+    endpoint_source: str = "--endpoint",
 ) -> PublishReport:
     """Publish the build in ``build_dir`` (of the kernel source at ``source_root``) to ``repo_id``.
 
@@ -386,7 +390,8 @@ def publish(
     ``import_check=False`` skips the slowest part of ``check``, importing the
     build in a fresh interpreter (seconds), for callers that have just
     imported it themselves; the command line always runs it. ``echo`` receives
-    the progress lines. Raises PublishError (or ConfigError for a bad
+    the progress lines; ``endpoint_source`` is where the api's endpoint came
+    from, as the advice of a network error names it. Raises PublishError (or ConfigError for a bad
     build.toml, UsageError for a malformed repository id) with what went
     wrong, before any request when the input is at fault.
     """
@@ -404,7 +409,7 @@ def publish(
     else:
         validate_repo_id(repo_id)
 
-    hub = _Hub(api, repo_id)
+    hub = _Hub(api, repo_id, endpoint_source)
     if not (dry_run or create_pr):
         hub.create_repo(private=private)
     branches = hub.branches()
@@ -481,12 +486,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Where the endpoint comes from, as a network error's advice names it (cli's translation reads it too).
     if args.endpoint is not None:
-        endpoint = validate_endpoint(args.endpoint)
+        endpoint, args.endpoint_source = validate_endpoint(args.endpoint), "--endpoint"
     elif "HF_ENDPOINT" in os.environ:
         endpoint = validate_endpoint(os.environ["HF_ENDPOINT"], option="HF_ENDPOINT")
+        args.endpoint_source = "HF_ENDPOINT"
     else:
-        endpoint = DEFAULT_ENDPOINT
+        endpoint, args.endpoint_source = DEFAULT_ENDPOINT, f"--endpoint (the default is {DEFAULT_ENDPOINT})"
     args.endpoint = endpoint  # what cli's error translation names
     if args.repo_id is not None:
         validate_repo_id(args.repo_id)
@@ -501,5 +508,6 @@ def run(args: argparse.Namespace) -> int:
         create_pr=args.create_pr,
         dry_run=args.dry_run,
         allow_dirty=args.allow_dirty,
+        endpoint_source=args.endpoint_source,
     )
     return 0

@@ -436,3 +436,25 @@ def test_every_capability_form_kernels_parses_reaches_the_metadata(tmp_path):
     build_variants(tmp_path / "build", source)
     assert metadata_of(tmp_path / "build" / "torch-cuda").backend.archs == ["8.0", "9.0a", "10.0f", "12.0+PTX"]
     assert metadata_of(tmp_path / "build" / "torch-cpu").backend.archs is None
+
+
+def test_an_out_that_is_a_dangling_symbolic_link_is_named(source, tmp_path):
+    """mkdir said only "File exists" of a link to a directory that does not exist."""
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "nowhere")
+    from geglu_triton.errors import UserError
+
+    with pytest.raises(UserError, match=re.escape(f"--out {link} is a symbolic link to {tmp_path / 'nowhere'}, which does not exist")):
+        build_variants(link, source_root=source)
+
+
+def test_a_full_device_is_reported_by_its_reason_not_by_the_file_copied():
+    """A full disk during the build was blamed on the kernel source file being copied."""
+    import errno
+
+    from geglu_triton.errors import file_error
+
+    full = OSError(errno.ENOSPC, "No space left on device", "/repo/torch-ext/fused_geglu/functional.py")
+    assert file_error(full) == "No space left on device"
+    missing = OSError(errno.ENOENT, "No such file or directory", "/build/torch-cpu")
+    assert file_error(missing) == "/build/torch-cpu: No such file or directory"

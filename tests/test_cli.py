@@ -387,16 +387,29 @@ def test_the_cli_and_the_local_hub_take_one_rule_for_names(part, is_name):
     assert is_valid_repo_part(part, is_name=is_name) == cli == served == hub
 
 
+@pytest.mark.parametrize("kernel_dir", ["", "torch-cpu"], ids=["the build", "one of its variants"])
 @pytest.mark.parametrize("command", [["bench"], ["bench", "--models"], ["profile"]], ids=" ".join)
-def test_results_inside_the_measured_build_are_refused(capsys, build_dir, command):
-    """They were written into the variant, which then failed every digest check and load."""
+def test_results_inside_the_measured_build_are_refused(capsys, build_dir, command, kernel_dir):
+    """They were written into the variant, which then failed every digest check and load; with --kernel-dir
+    naming one variant (which loads), beside it, where the build then held a directory that is no variant."""
     before = sorted(build_dir.rglob("*"))
-    code, line = run_cli(capsys, *command, "--kernel-dir", str(build_dir), "--out", str(build_dir / "torch-cpu"))
+    kernel_dir, out = build_dir / kernel_dir, build_dir / "results"
+    code, line = run_cli(capsys, *command, "--kernel-dir", str(kernel_dir), "--out", str(out))
     assert code == 2 and line == (
-        f"geglu-triton {command[0]}: error: --out {build_dir / 'torch-cpu'} is inside --kernel-dir {build_dir}: "
-        "results written there would become files of the build, which then fails its digest check; choose another --out"
+        f"geglu-triton {command[0]}: error: --out {out} is inside the build {build_dir.resolve()} (--kernel-dir "
+        f"{kernel_dir}): results written there would become files of the build, which then fails its digest check; "
+        "choose another --out"
     )
     assert sorted(build_dir.rglob("*")) == before
+
+
+def test_check_given_one_variant_names_the_build(capsys, build_dir):
+    """It reported the variant's own directory, and every variant, missing from it."""
+    code, line = run_cli(capsys, "check", str(build_dir / "torch-cpu"))
+    assert code == 2 and line.endswith(
+        f"{build_dir / 'torch-cpu'} is one build variant; pass the build directory that holds the variants: "
+        f"check {build_dir}"
+    ), line
 
 
 def test_the_default_results_directory_inside_the_measured_build_is_named(capsys, build_dir, monkeypatch):
@@ -407,8 +420,8 @@ def test_the_default_results_directory_inside_the_measured_build_is_named(capsys
     out_dir = environment.default_results_dir(environment.benchmark_device())
     assert code == 2 and line == (
         f"geglu-triton bench: error: the default results directory {out_dir} (in the current directory) is inside "
-        "--kernel-dir .: results written there would become files of the build, which then fails its digest check; "
-        "choose another --out"
+        f"the build {build_dir.resolve()} (--kernel-dir .): results written there would become files of the build, "
+        "which then fails its digest check; choose another --out"
     )
     assert sorted(build_dir.rglob("*")) == before
 
@@ -491,6 +504,14 @@ def test_no_server_on_the_port(capsys, publish_args):
     code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k", "--endpoint", endpoint)
     assert code == 1
     assert f"POST {endpoint}/api/repos/create" in line and "connection refused" in line and "hub serve" in line
+
+
+def test_the_advice_names_where_the_endpoint_came_from(capsys, publish_args, monkeypatch):
+    """An endpoint from HF_ENDPOINT (no --endpoint given) was blamed on --endpoint."""
+    endpoint = refused_endpoint()
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    code, line = run_cli(capsys, *publish_args, "--repo-id", "org/k")
+    assert code == 1 and "connection refused" in line and line.endswith("or fix HF_ENDPOINT"), line
 
 
 def test_an_unknown_host(capsys, publish_args):

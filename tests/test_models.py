@@ -107,6 +107,22 @@ def test_a_model_with_another_activation_stays_correct(published):
         assert torch.equal(kernelized(input_ids).logits, original(input_ids).logits)
 
 
+def test_a_model_without_a_geglu_mlp_is_an_error_not_an_empty_report(published):
+    """A model whose MLPs are not GeGLU MLPs (Llama's SwiGLU, a class nothing maps to the layer: unlike Gemma3's
+    with SiLU, which the test above maps process-wide): kernelize_geglu_mlps says so, where it returned an empty
+    report and changed nothing, silently."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1,
+    )
+    model = transformers.LlamaForCausalLM(config)
+    with pytest.raises(ValueError, match="LlamaForCausalLM has no GeGLU MLP to kernelize"):
+        kernelize_geglu_mlps(model, repo_id=published, version=1)
+    assert all("forward" not in module.__dict__ for module in model.modules())
+
+
 def test_gemma3n_keeps_its_sparse_layers_exact(published):
     """Gemma 3n's MLP class is a GeGLU MLP and is kernelized; its sparse layer (a top-k of the gate before
     the GELU) runs its own forward through the layer, so the logits stay eager's."""
@@ -362,7 +378,7 @@ def test_a_local_path_that_is_not_a_directory_is_named(tmp_path, local_path, err
     [
         ({"model": None}, TypeError, "model must be a torch.nn.Module, got NoneType"),
         ({"repo_id": 5}, TypeError, "repo_id must be a string, '<namespace>/<name>', got int"),
-        ({"version": -1}, ValueError, "version must be 1 or more"),  # was an OverflowError from kernels' Rust
+        ({"version": -1}, ValueError, "version must be 0 or more"),  # was an OverflowError from kernels' Rust
         ({"version": True}, TypeError, "version must be a whole number"),  # was taken for 1
         ({"version": "1"}, TypeError, "version must be a whole number (the kernel's major version), got '1'"),
         ({"trust_remote_code": "yes"}, TypeError, "trust_remote_code must be True, False or a list of repository ids"),
@@ -374,6 +390,28 @@ def test_arguments_of_the_wrong_kind_are_named_before_any_request(arguments, err
     arguments = {"model": torch.nn.Linear(2, 2), "repo_id": "org/fused-geglu", "version": 1, **arguments}
     with pytest.raises(error, match=re.escape(message)):
         kernelize_geglu_mlps(arguments.pop("model"), **arguments)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "message"),
+    [("", "HF_ENDPOINT is empty"), ("127.0.0.1:8080", "HF_ENDPOINT '127.0.0.1:8080' is not an http:// or https:// URL")],
+    ids=["empty", "no-scheme"],
+)
+def test_an_hf_endpoint_that_is_not_a_url_is_named_before_any_request(monkeypatch, endpoint, message):
+    """huggingface_hub reads HF_ENDPOINT on import and used it as it was: a request to '' failed with "cannot
+    reach : Request URL is missing an 'http://' or 'https://' protocol". As publish names it, so do the helpers."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        kernelize_geglu_mlps(tiny_model("gemma3"), repo_id="org/fused-geglu", version=1)
+
+
+def test_version_0_is_a_version(published):
+    """build.toml (kernels-data) and get_kernel take version 0, and publish makes its branch v0: the helper asks
+    the Hub for it (which has v1 only here) instead of refusing it as a mistake."""
+    with pytest.raises(KernelLoadError, match=f"{published} version 0"):
+        kernelize_geglu_mlps(tiny_model("gemma3"), repo_id=published, version=0)
 
 
 @pytest.mark.parametrize("hub_kernel", [{"repo_id": "org/fused-geglu"}, {"version": 2}], ids=["repo-id", "version"])

@@ -21,7 +21,7 @@ from types import ModuleType
 
 import torch
 
-from .. import REPO_ROOT
+from .. import REPO_ROOT, layout
 from ..errors import UsageError, UserError, make_directory
 
 
@@ -65,11 +65,15 @@ def output_directory(out: Path | None, kernel_dir: Path | None, device: torch.de
     every later check and load.
     """
     out_dir = out or default_results_dir(device)
-    if kernel_dir is not None and out_dir.resolve().is_relative_to(Path(kernel_dir).resolve()):
+    # --kernel-dir may name one variant of a build (load_local_kernel takes it): the build is then its parent.
+    build = None if kernel_dir is None else Path(kernel_dir).resolve()
+    if build is not None and layout.is_one_variant(build):
+        build = build.parent
+    if build is not None and out_dir.resolve().is_relative_to(build):
         named = f"--out {out_dir}" if out else f"the default results directory {out_dir} (in the current directory)"
         raise UsageError(
-            f"{named} is inside --kernel-dir {kernel_dir}: results written there would become files of the build, "
-            "which then fails its digest check; choose another --out"
+            f"{named} is inside the build {build} (--kernel-dir {kernel_dir}): results written there would become "
+            "files of the build, which then fails its digest check; choose another --out"
         )
     make_directory(out_dir, "the output directory")
     return out_dir
