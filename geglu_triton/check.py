@@ -266,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
     if layout.is_one_variant(args.build_dir) and not layout.discover_variants(args.build_dir):
         raise UsageError(
             f"{args.build_dir} is one build variant; pass the build directory that holds the variants: "
-            f"check {args.build_dir.parent}"
+            f"check {args.build_dir.resolve().parent}"
         )
     violations = check_build(args.build_dir)
     if not violations:

@@ -126,7 +126,7 @@ def _publish_load_and_compare(args, build_dir: Path, endpoint: str, token: str) 
     from kernels import get_kernel
 
     from .benchmarking.environment import kernel_path
-    from .models import kernelize_geglu_mlps
+    from .models import NoGeGLUMLPError, kernelize_geglu_mlps
     from .publish import publish
 
     _step(3, f"publishing version 1 to {DEFAULT_REPO_ID}")
@@ -153,7 +153,7 @@ def _publish_load_and_compare(args, build_dir: Path, endpoint: str, token: str) 
     kernelized = copy.deepcopy(original)
     try:
         swap = kernelize_geglu_mlps(kernelized, repo_id=DEFAULT_REPO_ID, version=1)
-    except ValueError as error:  # no GeGLU MLP recognised in the model this transformers builds
+    except NoGeGLUMLPError as error:  # no GeGLU MLP recognised in the model this transformers builds
         raise UserError(f"the demo's model: {error}") from None
     print(f"  classes given the GeGLUMLP layer name: {', '.join(swap.classes) or 'none'}")
     for name in swap.swapped_modules:

@@ -193,9 +193,10 @@ DEVICE_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 def file_error(err: OSError) -> str:
     """An OSError as one line: ``<file>: <reason>`` where it names a file (not its repr, PosixPath('...')); a full
-    device or quota by its reason alone (the file a copy names is its source, which is not at fault)."""
-    if err.errno in DEVICE_FULL:
-        return os_reason(err)
+    device or quota by the file written, or by its reason alone (the file a copy names first is its source, which
+    is not at fault)."""
+    if err.errno in DEVICE_FULL:  # the written file, where the error names it (a copy's destination)
+        return f"{err.filename2}: {os_reason(err)}" if err.filename2 is not None else os_reason(err)
     if err.filename is None:
         return one_line(err)
     return f"{err.filename}: {os_reason(err)}"
@@ -295,8 +296,9 @@ def validate_repo_id(repo_id: str, *, option: str = "--repo-id") -> str:
     return repo_id
 
 
-def validate_endpoint(endpoint: str, *, option: str = "--endpoint") -> str:
-    """``endpoint`` without a trailing '/' when it is an http(s) URL; a UsageError otherwise."""
+def validate_endpoint(endpoint: str, *, option: str = "--endpoint", token_option: str = "--token") -> str:
+    """``endpoint`` without a trailing '/' when it is an http(s) URL; a UsageError otherwise (naming ``option``, and
+    ``token_option`` as where a token goes instead of the URL)."""
     if not endpoint.strip():
         raise UsageError(f"{option} is empty: give the Hub's URL (http://127.0.0.1:8080 for a local Hub)")
     if endpoint != endpoint.strip():
@@ -316,7 +318,9 @@ def validate_endpoint(endpoint: str, *, option: str = "--endpoint") -> str:
     if not parts.hostname:
         raise UsageError(f"{option} {endpoint!r} has no host name")
     if parts.username is not None or parts.password is not None:  # never echoed back: it may hold a password
-        raise UsageError(f"{option} carries a user name or password: give the Hub's URL without it, and the token with --token")
+        raise UsageError(
+            f"{option} carries a user name or password: give the Hub's URL without it, and the token with {token_option}"
+        )
     if parts.query or parts.fragment:
         raise UsageError(
             f"{option} {endpoint!r} has a query or fragment: remove it (every request's path is appended to the URL)"

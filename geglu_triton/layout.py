@@ -132,6 +132,13 @@ def is_one_variant(directory: Path) -> bool:
     return (directory / METADATA_FILE).is_file()
 
 
+def build_of_variant(variant: Path) -> Path | None:
+    """The build that holds ``variant`` (its resolved parent, where another variant is beside it), or None: a
+    variant on its own, whose parent is no build."""
+    parent = variant.resolve().parent
+    return parent if any(other.name != variant.resolve().name for other in discover_variants(parent)) else None
+
+
 def discover_variants(build_dir: Path) -> list[Path]:
     """The variant directories of a build: its subdirectories holding ``metadata.json``, sorted."""
     if not build_dir.is_dir():

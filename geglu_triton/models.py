@@ -118,6 +118,10 @@ class KernelLoadError(UserError, RuntimeError):
     line reports it as it is)."""
 
 
+class NoGeGLUMLPError(ValueError):
+    """The model has no GeGLU MLP whose activation the fused layer computes: nothing to kernelize."""
+
+
 def _fused_forward(module: nn.Module) -> bool:
     """Whether ``module`` runs fused-geglu's ``GeGLUMLP.forward`` (as ``kernelize`` binds it)."""
     function = getattr(module.forward, "__func__", None)
@@ -245,7 +249,7 @@ def load_hub_kernel(repo_id: str, version: int, trust_remote_code: bool):
         raise TypeError(f"trust_remote_code must be True, False or a list of repository ids, got {trust_remote_code!r}")
     endpoint = constants.ENDPOINT
     try:
-        validate_endpoint(endpoint, option="HF_ENDPOINT")  # huggingface_hub's, read from it at import
+        validate_endpoint(endpoint, option="HF_ENDPOINT", token_option="HF_TOKEN")  # huggingface_hub's, read at import
     except UsageError as error:
         raise ValueError(str(error)) from None
     try:
@@ -325,7 +329,7 @@ def kernelize_geglu_mlps(
     kernel has no variant for or this torch cannot run, or a model on the meta device without ``device``;
     KernelLoadError when the kernel cannot be fetched (the Hub cannot be reached, has no such repository
     or version, or ``local_path`` has no variant for this torch) and when kernelize replaced none of the
-    GeGLU MLPs found; ValueError when the model has none.
+    GeGLU MLPs found; NoGeGLUMLPError (a ValueError) when the model has none, before anything changes.
     """
     from kernels import (
         LayerRepository,
@@ -368,6 +372,11 @@ def kernelize_geglu_mlps(
         )
 
     classes = geglu_mlp_classes(model, layers.activation_gelu_form)
+    if not classes:  # decided on the model alone, before anything changes, whatever earlier calls mapped
+        raise NoGeGLUMLPError(
+            f"{type(model).__name__} has no GeGLU MLP to kernelize (a module with gate_proj, up_proj and down_proj "
+            "whose act_fn is a GELU): nothing was changed"
+        )
     for cls in classes:
         replace_kernel_forward_from_hub(cls, LAYER_NAME)
 
@@ -385,14 +394,9 @@ def kernelize_geglu_mlps(
         if getattr(module.forward, "__func__", None) is layer_forward
     ]
     names = [cls.__qualname__ for cls in classes]
-    if not names and not swapped:
-        raise ValueError(
-            f"{type(model).__name__} has no GeGLU MLP to kernelize (a module with gate_proj, up_proj and down_proj "
-            "whose act_fn is a GELU, or a class mapped to GeGLUMLP): nothing was changed"
-        )
-    if names and not swapped and _kernel_mapping_disabled():
+    if not swapped and _kernel_mapping_disabled():
         warnings.warn("DISABLE_KERNEL_MAPPING is set: kernelize kept every module's own forward", stacklevel=2)
-    elif names and not swapped:
+    elif not swapped:
         raise KernelLoadError(
             f"kernelize replaced none of the model's GeGLU MLPs ({', '.join(names)}) for device {device_type!r} "
             f"in {mode}"

@@ -177,7 +177,7 @@ def _read_build(build_dir: Path) -> tuple[dict[Path, Metadata], str]:
         if layout.is_one_variant(build_dir):
             raise PublishError(
                 f"{build_dir} is one build variant; pass the build directory that holds the variants: "
-                f"--build {build_dir.parent}"
+                f"--build {build_dir.resolve().parent}"
             )
         raise PublishError(
             f"{build_dir}: no build variants (directories with {layout.METADATA_FILE}); run `build` first"

@@ -456,5 +456,7 @@ def test_a_full_device_is_reported_by_its_reason_not_by_the_file_copied():
 
     full = OSError(errno.ENOSPC, "No space left on device", "/repo/torch-ext/fused_geglu/functional.py")
     assert file_error(full) == "No space left on device"
+    copying = OSError(errno.ENOSPC, "No space left on device", "/repo/src.py", None, "/build/torch-cpu/src.py")
+    assert file_error(copying) == "/build/torch-cpu/src.py: No space left on device"  # the destination, as shutil names it
     missing = OSError(errno.ENOENT, "No such file or directory", "/build/torch-cpu")
     assert file_error(missing) == "/build/torch-cpu: No such file or directory"

@@ -403,13 +403,29 @@ def test_results_inside_the_measured_build_are_refused(capsys, build_dir, comman
     assert sorted(build_dir.rglob("*")) == before
 
 
-def test_check_given_one_variant_names_the_build(capsys, build_dir):
-    """It reported the variant's own directory, and every variant, missing from it."""
+def test_check_given_one_variant_names_the_build(capsys, build_dir, monkeypatch):
+    """It reported the variant's own directory, and every variant, missing from it; the build is named by its
+    full path, also from inside the variant ('check .')."""
     code, line = run_cli(capsys, "check", str(build_dir / "torch-cpu"))
     assert code == 2 and line.endswith(
         f"{build_dir / 'torch-cpu'} is one build variant; pass the build directory that holds the variants: "
-        f"check {build_dir}"
+        f"check {build_dir.resolve()}"
     ), line
+    monkeypatch.chdir(build_dir / "torch-cpu")
+    code, line = run_cli(capsys, "check", ".")
+    assert code == 2 and line.endswith(f"check {build_dir.resolve()}"), line
+
+
+def test_results_beside_a_variant_on_its_own_are_allowed(build_dir, tmp_path):
+    """A variant copied out of its build (its parent holds no other variant) is the whole of what --kernel-dir
+    names: results beside it are not in a build, and were refused as if they were; inside it they still are."""
+    import torch
+
+    shutil.copytree(build_dir / "torch-cpu", tmp_path / "torch-cpu")
+    beside = environment.output_directory(tmp_path / "results", tmp_path / "torch-cpu", torch.device("cpu"))
+    assert beside.is_dir()
+    with pytest.raises(UsageError, match="is inside the build"):
+        environment.output_directory(tmp_path / "torch-cpu" / "results", tmp_path / "torch-cpu", torch.device("cpu"))
 
 
 def test_the_default_results_directory_inside_the_measured_build_is_named(capsys, build_dir, monkeypatch):

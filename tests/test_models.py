@@ -25,7 +25,13 @@ import torch
 
 from geglu_triton import REPO_ROOT, layout
 from geglu_triton.buildinfo import read_config
-from geglu_triton.models import DEFAULT_REPO_ID, KernelLoadError, check_geglu_mlps, kernelize_geglu_mlps
+from geglu_triton.models import (
+    DEFAULT_REPO_ID,
+    KernelLoadError,
+    NoGeGLUMLPError,
+    check_geglu_mlps,
+    kernelize_geglu_mlps,
+)
 from geglu_triton.publish import publish
 from child_process import child_env
 from kernel_sources import redigest
@@ -89,28 +95,28 @@ def test_kernelized_model_matches_the_original(kernel, published, family, activa
             assert rel_error(grad, expected_grads[name]) <= GRAD_REL_TOL, name
 
 
-def test_a_model_with_another_activation_stays_correct(published):
-    """The helper does not register a SiLU MLP class; where the class is registered anyway (as
-    transformers' or another caller's registration may leave it, process-wide), GeGLUMLP's forward
-    runs it, unfused: the logits stay eager's."""
+def test_a_model_with_another_activation_is_named_whatever_was_registered(published):
+    """A SiLU Gemma3 whose MLP class is registered anyway (as transformers' or an earlier call's registration
+    leaves it, process-wide): the helper decides on the model's activations alone, says it has no GeGLU MLP
+    and changes nothing (it returned two 'swapped' modules that ran unfused, or raised, depending on what
+    had run before in the process); the logits stay eager's."""
     from kernels import replace_kernel_forward_from_hub
     from transformers.models.gemma3.modeling_gemma3 import Gemma3MLP
 
     original = tiny_model("gemma3", "silu")
     kernelized = copy.deepcopy(original)
     replace_kernel_forward_from_hub(Gemma3MLP, "GeGLUMLP")
-    report = kernelize_geglu_mlps(kernelized, repo_id=published, version=1)
-    assert report.classes == []
-    assert report.swapped_modules == ["model.layers.0.mlp", "model.layers.1.mlp"]
+    with pytest.raises(NoGeGLUMLPError, match="Gemma3ForCausalLM has no GeGLU MLP to kernelize"):
+        kernelize_geglu_mlps(kernelized, repo_id=published, version=1)
+    assert all("forward" not in module.__dict__ for module in kernelized.modules())
     input_ids = torch.randint(0, 128, (1, 8))
     with torch.no_grad():
         assert torch.equal(kernelized(input_ids).logits, original(input_ids).logits)
 
 
 def test_a_model_without_a_geglu_mlp_is_an_error_not_an_empty_report(published):
-    """A model whose MLPs are not GeGLU MLPs (Llama's SwiGLU, a class nothing maps to the layer: unlike Gemma3's
-    with SiLU, which the test above maps process-wide): kernelize_geglu_mlps says so, where it returned an empty
-    report and changed nothing, silently."""
+    """A model whose MLPs are not GeGLU MLPs (Llama's SwiGLU, a class nothing maps to the layer): kernelize_geglu_mlps
+    says so, where it returned an empty report and changed nothing, silently."""
     import transformers
 
     config = transformers.LlamaConfig(
@@ -118,7 +124,7 @@ def test_a_model_without_a_geglu_mlp_is_an_error_not_an_empty_report(published):
         num_key_value_heads=1,
     )
     model = transformers.LlamaForCausalLM(config)
-    with pytest.raises(ValueError, match="LlamaForCausalLM has no GeGLU MLP to kernelize"):
+    with pytest.raises(NoGeGLUMLPError, match="LlamaForCausalLM has no GeGLU MLP to kernelize"):
         kernelize_geglu_mlps(model, repo_id=published, version=1)
     assert all("forward" not in module.__dict__ for module in model.modules())
 

@@ -579,3 +579,32 @@ def test_the_registered_ops_refuse_second_derivatives_by_name(kernel, device):
     grad_gate, _ = torch.autograd.grad(y.square().sum(), (gate, up), create_graph=True)
     with pytest.raises(RuntimeError, match="first derivatives only"):
         grad_gate.sum().backward()
+
+
+@pytest.mark.parametrize("grad_mode", [True, False], ids=["training", "inference"])
+def test_projections_that_are_not_plain_compile_in_one_graph(kernel, device, grad_mode):
+    """The layer asks whether a transform is active before calling projections that are not plain, outside
+    torch.compile only: Dynamo cannot trace the tracer's flag, and the question broke fullgraph compiles of
+    an MLP with a hooked (or LoRA, or quantized) projection into three graphs."""
+    module = _kernelized(kernel, _mlp(24, 40, dtype=torch.float32, device=device))
+    module.gate_proj.register_forward_hook(lambda mod, args, out: None)
+    x = randn(3, 24, device=device)
+    with torch.set_grad_enabled(grad_mode):
+        compiled = compile_fullgraph(module, device)
+        assert rel_error(compiled(x), module(x)) <= 1e-5
+        assert torch._dynamo.explain(module)(x).graph_break_count == 0
+
+
+def test_a_first_order_backward_inside_a_forward_ad_level_runs(kernel, device):
+    """Forward outside any transform, backward inside ``forward_ad.dual_level``: a plain first-order backward,
+    which the batched-backward check refused by the forward-AD level (with a message about batched gradients)."""
+    module = _mlp(24, 40, dtype=torch.float32, device=device)
+    x = randn(3, 24, device=device)
+    grad_y = randn(3, 24, device=device)
+    expected = _grads(_copy(module), x, grad_y)
+    ours = _kernelized(kernel, _copy(module))
+    x_leaf = x.clone().requires_grad_()
+    y = ours(x_leaf)
+    with forward_ad.dual_level():
+        y.backward(grad_y)
+    assert rel_error(x_leaf.grad, expected["x"]) <= 1e-5

@@ -65,10 +65,11 @@ def output_directory(out: Path | None, kernel_dir: Path | None, device: torch.de
     every later check and load.
     """
     out_dir = out or default_results_dir(device)
-    # --kernel-dir may name one variant of a build (load_local_kernel takes it): the build is then its parent.
+    # --kernel-dir may name one variant (load_local_kernel takes it): of a build, which is then the one to keep
+    # clear, or on its own, whose digests cover its own files only.
     build = None if kernel_dir is None else Path(kernel_dir).resolve()
     if build is not None and layout.is_one_variant(build):
-        build = build.parent
+        build = layout.build_of_variant(build) or build
     if build is not None and out_dir.resolve().is_relative_to(build):
         named = f"--out {out_dir}" if out else f"the default results directory {out_dir} (in the current directory)"
         raise UsageError(

@@ -48,9 +48,11 @@ def unsupported_transform_active() -> bool:
 _legacy_batched = torch._C._functorch.is_legacy_batchedtensor
 
 
-def any_batched(tensors) -> bool:
-    """Whether any of these tensors (None skipped) is batched by torch's own vmap (``_legacy_batched``)."""
-    return any(tensor is not None and _legacy_batched(tensor) for tensor in tensors)
+def batched_backward(grad_outputs) -> bool:
+    """Whether a backward runs batched: under a torch.func transform, or on gradients batched by torch's own vmap
+    (``_legacy_batched``; None skipped). Not forward-mode AD's level or the tracer's flag: a first-order backward
+    run inside ``forward_ad.dual_level`` computes what it computes outside it."""
+    return _functorch_transforms_active() or any(g is not None and _legacy_batched(g) for g in grad_outputs)
 
 
 def check_no_unsupported_transform() -> None:

@@ -238,8 +238,9 @@ class GeGLUMLP(nn.Module):
                 operands = (x, gate["weight"], up["weight"], down["weight"], gate["bias"], up["bias"], down["bias"])
                 return geglu_mlp(*operands, approximate=approximate)
             # Below, projections are called before a function could refuse the transform: asked first, so that
-            # their hooks and random numbers (a LoRA's dropout) run once, in the unfused forward.
-            if unsupported_transform_active():
+            # their hooks and random numbers (a LoRA's dropout) run once, in the unfused forward. Not under
+            # torch.compile, which cannot trace the tracing flag (checks.check_no_unsupported_transform).
+            if not torch.compiler.is_compiling() and unsupported_transform_active():
                 return _unfused_forward(self, x)
             if plain_down_proj and torch.is_grad_enabled():
                 # Projections that are not plain may hold trainable parameters of their own (LoRA): grad mode

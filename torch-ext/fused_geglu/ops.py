@@ -50,10 +50,9 @@ from . import torch_fallback
 from ._ops import add_op_namespace_prefix
 from .checks import (
     UnsupportedTransform,
-    any_batched,
+    batched_backward,
     concat_output_shape,
     linear_output_shape,
-    unsupported_transform_active,
 )
 
 try:
@@ -564,7 +563,7 @@ def _first_derivative_only(backward):
     def first_derivative(ctx, *grad_outputs):
         if torch.is_grad_enabled():
             raise RuntimeError(SECOND_DERIVATIVES_REFUSED)
-        if unsupported_transform_active() or any_batched(grad_outputs):
+        if batched_backward(grad_outputs):
             raise UnsupportedTransform(
                 "fused-geglu's backward does not support batched gradients (is_grads_batched=True, "
                 "jacobian(vectorize=True)) or other torch.func transforms: use the module's own forward or eager PyTorch"
