@@ -263,11 +263,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if layout.is_one_variant(args.build_dir) and not layout.discover_variants(args.build_dir):
-        raise UsageError(
-            f"{args.build_dir} is one build variant; pass the build directory that holds the variants: "
-            f"check {args.build_dir.resolve().parent}"
-        )
+    variant_given = layout.variant_given_for_build(args.build_dir, "check")
+    if variant_given:
+        raise UsageError(variant_given)
     violations = check_build(args.build_dir)
     if not violations:
         print(f"{args.build_dir}: the build passes every check")

@@ -135,8 +135,19 @@ def is_one_variant(directory: Path) -> bool:
 def build_of_variant(variant: Path) -> Path | None:
     """The build that holds ``variant`` (its resolved parent, where another variant is beside it), or None: a
     variant on its own, whose parent is no build."""
-    parent = variant.resolve().parent
-    return parent if any(other.name != variant.resolve().name for other in discover_variants(parent)) else None
+    variant = variant.resolve()
+    return variant.parent if any(other.name != variant.name for other in discover_variants(variant.parent)) else None
+
+
+def variant_given_for_build(directory: Path, command: str) -> str | None:
+    """Where ``directory``, given as a build, is one variant (it holds metadata.json and no variant), what to
+    say: the directory to pass instead, as ``command`` (the command line's words before it) takes it."""
+    if not is_one_variant(directory) or discover_variants(directory):
+        return None
+    return (
+        f"{directory} is one build variant; pass the build directory that holds the variants: "
+        f"{command} {directory.resolve().parent}"
+    )
 
 
 def discover_variants(build_dir: Path) -> list[Path]:

@@ -174,11 +174,9 @@ def _read_build(build_dir: Path) -> tuple[dict[Path, Metadata], str]:
     """The variants of a build with their metadata, and the branch ``v<version>`` they agree on."""
     variants = layout.discover_variants(build_dir)
     if not variants:
-        if layout.is_one_variant(build_dir):
-            raise PublishError(
-                f"{build_dir} is one build variant; pass the build directory that holds the variants: "
-                f"--build {build_dir.resolve().parent}"
-            )
+        variant_given = layout.variant_given_for_build(build_dir, "--build")
+        if variant_given:
+            raise PublishError(variant_given)
         raise PublishError(
             f"{build_dir}: no build variants (directories with {layout.METADATA_FILE}); run `build` first"
         )
